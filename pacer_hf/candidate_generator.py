@@ -1,0 +1,156 @@
+"""pacer_hf's drafting loop: direct draft forwards on the draft's own KV cache, stopped by Pacer.
+
+Verification stays in transformers' `_assisted_decoding`; only drafting is replaced. Drafting calls
+the draft's `forward` directly instead of re-entering `generate()` every round (the per-round setup
+that makes stock assisted generation lose on small models), and the pre-verifier runs as a
+`StoppingCriteria` at block boundaries, fed by a forward pre-hook on the draft's `lm_head`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import torch
+from transformers import LogitsProcessorList, StoppingCriteria
+
+from ._hf_compat import AssistedCandidateGenerator, crop_cache
+from .modeling_pacer import PacerPreVerifier, draft_features
+from .stats import PacerStats
+
+
+class PacerStoppingCriteria(StoppingCriteria):
+    """Runs the pre-verifier after every `block_size` drafted tokens; True means "stop drafting".
+
+    Stop-only: a failed block has been drafted and is still verified, which keeps sampling exact.
+    With `trim_failed_block` (greedy only) `trim` says how many trailing tokens to drop instead.
+    """
+
+    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats):
+        self.preverifier = preverifier
+        self.block_size = preverifier.config.block_size
+        self.trim_failed_block = preverifier.config.trim_failed_block
+        self.stats = stats
+        self.hidden: list[torch.Tensor] = []
+        self.logits: list[torch.Tensor] = []
+        self.features: list[torch.Tensor] = []
+        self.trim = 0
+
+    def start_round(self) -> None:
+        self.hidden.clear()
+        self.logits.clear()
+        self.features.clear()
+        self.trim = 0
+
+    def capture_hidden(self, module: torch.nn.Module, args: tuple) -> None:
+        """Forward pre-hook on the draft's lm_head: its input is the last hidden state, for free."""
+        self.hidden.append(args[0][:, -1])
+
+    @torch.no_grad()
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        self.logits.append(scores)
+        stop = False
+        if len(self.logits) % self.block_size == 0:
+            start = time.perf_counter()
+            block = len(self.features) * self.block_size
+            tokens = input_ids[:, -self.block_size :]
+            self.features.append(draft_features(torch.stack(self.logits[block:], 1), tokens))
+            pv = self.preverifier
+            device = pv.device
+            token_logits = pv(
+                torch.stack(self.hidden, 1).to(device), torch.cat(self.features, 1).to(device)
+            ).logits[0]
+            stop = not pv.passes(pv.survival(token_logits, self.block_size))
+            if stop and self.trim_failed_block:
+                kept = (torch.sigmoid(token_logits[-self.block_size :]) >= 0.5).long().cumprod(0).sum()
+                self.trim = self.block_size - int(kept)
+            self.stats.preverifier_seconds += time.perf_counter() - start
+        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
+
+
+class PacerCandidateGenerator(AssistedCandidateGenerator):
+    """Drafts up to `max_draft_tokens` per round; with `stopping_criteria`, Pacer decides when to stop.
+
+    Without a stopping criterion it is fixed-length speculative decoding (`sd-fixed-<γ>`).
+    """
+
+    def __init__(
+        self,
+        input_ids: torch.LongTensor,
+        assistant_model,
+        generation_config,
+        model_kwargs: dict,
+        inputs_tensor: torch.Tensor | None = None,
+        logits_processor: LogitsProcessorList | None = None,
+        *,
+        max_draft_tokens: int,
+        stats: PacerStats,
+        stopping_criteria: PacerStoppingCriteria | None = None,
+    ):
+        super().__init__(input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor, logits_processor)
+        self.draft = assistant_model
+        self.max_draft_tokens = max_draft_tokens
+        self.stop = stopping_criteria
+        self.stats = stats
+        self.processors = LogitsProcessorList(self.logits_processor)
+        self.do_sample = bool(generation_config.do_sample)
+        eos = generation_config.eos_token_id
+        self.eos = set() if eos is None else {int(t) for t in torch.as_tensor(eos).flatten().tolist()}
+        self.cache = None
+        self.ids = torch.empty((1, self.main_model_max_length), dtype=torch.long, device=self.draft.device)
+        forward = getattr(self.draft, "get_base_model", lambda: self.draft)().forward
+        self.forward_kwargs = {"use_cache": True}
+        if "logits_to_keep" in inspect.signature(forward).parameters:
+            self.forward_kwargs["logits_to_keep"] = 1
+        self.lm_head = self.draft.get_output_embeddings()
+
+    @torch.no_grad()
+    def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
+        cur_len = input_ids.shape[1]
+        self.stats.target_forwards += 1
+        budget = min(self.max_draft_tokens, self.main_model_max_length - cur_len - 1)
+        if budget <= 0:
+            self.stats.draft_lengths.append(0)
+            return input_ids, None
+        keep = 0
+        if self.cache is not None:  # roll the draft cache back to the accepted prefix
+            keep = min(self.cache.get_seq_length(), cur_len - 1)
+            crop_cache(self.cache, keep)
+        ids = self.ids
+        ids[:, :cur_len] = input_ids
+        pending = ids[:, keep:cur_len]
+        processed = []
+        hook = self.lm_head.register_forward_pre_hook(self.stop.capture_hidden) if self.stop else None
+        if self.stop:
+            self.stop.start_round()
+        try:
+            for n in range(1, budget + 1):
+                out = self.draft(input_ids=pending, past_key_values=self.cache, **self.forward_kwargs)
+                self.cache = out.past_key_values
+                raw = out.logits[:, -1, :]
+                scores = self.processors(ids[:, : cur_len + n - 1], raw)
+                if self.do_sample:
+                    token = torch.multinomial(torch.softmax(scores.float(), dim=-1), 1)
+                else:
+                    token = scores.argmax(dim=-1, keepdim=True)
+                ids[:, cur_len + n - 1] = token[:, 0]
+                processed.append(scores)
+                pending = token
+                if self.stop is not None and bool(self.stop(ids[:, : cur_len + n], raw)[0]):
+                    n -= self.stop.trim
+                    break
+                if int(token) in self.eos:
+                    break
+        finally:
+            if hook is not None:
+                hook.remove()
+        self.stats.draft_forwards += len(processed)
+        self.stats.draft_lengths.append(n)
+        if n == 0:
+            return input_ids, None
+        candidates = ids[:, : cur_len + n].clone()
+        return candidates, torch.stack(processed[:n], dim=1) if self.do_sample else None
+
+    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
+        """No schedule to update (the draft length is decided while drafting); record the outcome."""
+        self.stats.accepted.append(int(num_matches))

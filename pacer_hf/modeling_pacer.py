@@ -1,0 +1,207 @@
+"""The Pacer pre-verifier: a small causal transformer layer over the tokens drafted in a round.
+
+Self-contained (torch, transformers and `configuration_pacer` only) so a Hub repository can carry
+it for `trust_remote_code=True`. Every drafted token i contributes the draft's last hidden state h_i
+(input of the draft's `lm_head`) and three cheap features of the draft distribution; the layer
+outputs the logit of "token i is accepted given tokens < i were accepted" (DESIGN §2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .configuration_pacer import NUM_DRAFT_FEATURES, PacerConfig
+
+
+def draft_features(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Features of the draft distribution at each drafted token: (log p(token), entropy, p1 - p2).
+
+    `logits` are the draft's raw (unprocessed) logits `(..., vocab)`, `tokens` the drafted ids `(...)`.
+    Raw logits keep the features identical between data collection and generation, whatever the
+    sampling settings.
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    probs = logp.exp()
+    chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).clamp_min(-30.0)
+    entropy = -(probs * logp).sum(-1)
+    top2 = probs.topk(2, dim=-1).values
+    return torch.stack([chosen, entropy, top2[..., 0] - top2[..., 1]], dim=-1)
+
+
+def draft_signature(draft_config) -> dict:
+    """The architecture facts a pre-verifier depends on; a draft that differs in any is refused."""
+    text_config = draft_config.get_text_config() if hasattr(draft_config, "get_text_config") else draft_config
+    return {
+        "model_type": getattr(text_config, "model_type", None),
+        "hidden_size": getattr(text_config, "hidden_size", None),
+        "num_hidden_layers": getattr(text_config, "num_hidden_layers", None),
+        "vocab_size": getattr(text_config, "vocab_size", None),
+    }
+
+
+@dataclass
+class PacerOutput(ModelOutput):
+    """Per-token acceptance logits `(batch, tokens)` and, with labels, the training loss."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+
+
+class PacerCausalLayer(nn.Module):
+    """Pre-norm transformer layer with causal attention: a block sees the blocks drafted before it.
+
+    Causal attention also makes right padding harmless in training, so no attention mask is needed.
+    """
+
+    def __init__(self, config: PacerConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.attn_norm = nn.LayerNorm(config.hidden_size)
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.out = nn.Linear(config.hidden_size, config.hidden_size)
+        self.mlp_norm = nn.LayerNorm(config.hidden_size)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.hidden_size, config.intermediate_size),
+            nn.GELU(),
+            nn.Linear(config.intermediate_size, config.hidden_size),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).view(batch, length, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(attn.transpose(1, 2).reshape(batch, length, width))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class PacerPreVerifier(PreTrainedModel):
+    """Lightweight, trainable pre-verification layer that decides when the draft stops drafting.
+
+    Use [`PacerPreVerifier.from_draft`] to build an untrained one sized for a draft model,
+    `from_pretrained` to load a trained one, and pass it as `pacer=` to an enabled model's `generate`.
+    """
+
+    config_class = PacerConfig
+    base_model_prefix = "pacer"
+    main_input_name = "draft_hidden_states"
+    _no_split_modules = ["PacerCausalLayer"]
+
+    def __init__(self, config: PacerConfig):
+        super().__init__(config)
+        width = config.hidden_size
+        self.hidden_proj = nn.Linear(config.draft_hidden_size, width) if config.input_mode != "features" else None
+        self.feature_proj = nn.Linear(NUM_DRAFT_FEATURES, width) if config.input_mode != "hidden" else None
+        self.position = nn.Embedding(config.max_draft_tokens, width)
+        self.layer = PacerCausalLayer(config)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, 1)
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=self.config.initializer_range)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=self.config.initializer_range)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs) -> PacerPreVerifier:
+        """As in transformers, but safetensors only: a pickle (`pytorch_model.bin`) can run code on load."""
+        if kwargs.get("use_safetensors") is False:
+            raise ValueError("PacerPreVerifier loads safetensors weights only (use_safetensors=False is refused).")
+        kwargs["use_safetensors"] = True
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        except OSError as error:
+            if "cannot be loaded with `safetensors`" not in str(error):
+                raise
+            raise OSError(
+                f"{pretrained_model_name_or_path} has no model.safetensors: PacerPreVerifier loads safetensors "
+                "weights only (a pickle such as pytorch_model.bin can run code when loaded)."
+            ) from error
+
+    def push_to_hub(self, repo_id: str, **kwargs) -> str:
+        """Publish weights, config, remote code and a model card (pacer_hf.hub.push_preverifier).
+
+        Without pacer_hf installed (a remote-code copy of this file) it falls back to transformers' upload.
+        """
+        try:
+            from pacer_hf.hub import push_preverifier
+        except ImportError:
+            return super().push_to_hub(repo_id, **kwargs)
+        return push_preverifier(self, repo_id, **kwargs)
+
+    @classmethod
+    def from_draft(cls, draft_model: PreTrainedModel, **config_overrides) -> PacerPreVerifier:
+        """An untrained pre-verifier sized for `draft_model` (its hidden size, vocabulary, name)."""
+        lm_head = draft_model.get_output_embeddings()
+        if lm_head is None or not hasattr(lm_head, "weight"):
+            raise ValueError(
+                f"draft_model ({type(draft_model).__name__}) has no output embeddings (`lm_head`); "
+                "Pacer needs a causal LM draft."
+            )
+        defaults = {
+            "draft_hidden_size": int(lm_head.weight.shape[1]),
+            "draft_model": getattr(draft_model, "name_or_path", None) or None,
+            "draft_signature": draft_signature(draft_model.config),
+        }
+        config = PacerConfig(**{**defaults, **config_overrides})
+        return cls(config)
+
+    def forward(
+        self,
+        draft_hidden_states: torch.Tensor,
+        draft_features: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> PacerOutput:
+        """Per-token acceptance logits for `(batch, tokens, ...)` inputs of one drafting round each.
+
+        `labels` hold the acceptance target in [0, 1] per token (soft labels allowed) and -100 on
+        padding; the loss is binary cross-entropy with `config.reject_weight` on the reject class.
+        """
+        length = draft_features.shape[1]
+        if length > self.config.max_draft_tokens:
+            raise ValueError(f"{length} drafted tokens exceed max_draft_tokens={self.config.max_draft_tokens}.")
+        dtype = self.position.weight.dtype
+        x = self.position.weight[:length].unsqueeze(0)
+        if self.hidden_proj is not None:
+            x = x + self.hidden_proj(draft_hidden_states.to(dtype))
+        if self.feature_proj is not None:
+            x = x + self.feature_proj(draft_features.to(dtype))
+        logits = self.head(self.norm(self.layer(x))).squeeze(-1)
+        loss = None
+        if labels is not None:
+            mask = labels >= 0
+            target = labels.clamp(0, 1).to(logits.dtype)
+            weight = (target + (1 - target) * self.config.reject_weight) * mask
+            loss = F.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="sum")
+            loss = loss / weight.sum().clamp_min(1e-8)
+        return PacerOutput(loss=loss, logits=logits)
+
+    def survival(self, token_logits: torch.Tensor, block_size: int) -> float:
+        """Predicted probability that the last block (rule "block") or the whole round survives."""
+        probs = torch.sigmoid(token_logits.float())
+        if self.config.decision_rule == "block":
+            probs = probs[-block_size:]
+        return float(probs.prod())
+
+    def passes(self, survival: float) -> bool:
+        """Block decision: threshold 0 always passes, threshold 1 never does (exactly as configured)."""
+        threshold = self.config.threshold
+        return threshold <= 0.0 or (threshold < 1.0 and survival >= threshold)
+
+
+# save_pretrained writes `auto_map` and the code files: AutoModel loads the repo with trust_remote_code=True.
+PacerPreVerifier.register_for_auto_class("AutoModel")

@@ -1,0 +1,41 @@
+"""What happened in the last `generate` call, round by round (read by tests and benchmarks)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class PacerStats:
+    """Counters of one `generate` call through a pacer_hf strategy.
+
+    `draft_lengths[i]` tokens were proposed in round i and the target accepted `accepted[i]` of them;
+    every round costs one target forward (the first one also reads the prompt).
+    """
+
+    strategy: str
+    draft_lengths: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    draft_forwards: int = 0
+    target_forwards: int = 0
+    new_tokens: int = 0
+    preverifier_seconds: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens produced per target forward (DESIGN §6)."""
+        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Accepted draft tokens / drafted tokens."""
+        drafted = sum(self.draft_lengths)
+        return sum(self.accepted) / drafted if drafted else 0.0
+
+    @property
+    def mean_draft_len(self) -> float:
+        return sum(self.draft_lengths) / len(self.draft_lengths) if self.draft_lengths else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "tau": self.tau, "alpha": self.alpha, "mean_draft_len": self.mean_draft_len}

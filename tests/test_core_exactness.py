@@ -1,0 +1,170 @@
+"""Greedy decoding through Pacer is token-identical to the target alone (DESIGN §5).
+
+A peer of transformers' own assisted-generation tests, over architectures, draft kinds, block
+sizes, thresholds, EOS and length edges and active logits processors.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ARCHITECTURES, DRAFT_KINDS, make_preverifier, plain_greedy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pacer_hf
+
+
+def prompt(length: int = 6, seed: int = 0, vocab: int = 96) -> torch.Tensor:
+    return torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+def round_budgets(stats, prompt_len: int, max_new_tokens: int, cap: int) -> list[int]:
+    """The draft length each round may use: the cap, or what max_new_tokens leaves (minus the bonus token)."""
+    budgets, length = [], prompt_len
+    for accepted in stats.accepted:
+        budgets.append(max(0, min(cap, prompt_len + max_new_tokens - length - 1)))
+        length += accepted + 1
+    return budgets
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("kind", DRAFT_KINDS)
+@pytest.mark.parametrize("threshold", [0.0, 0.5, 1.0])
+def test_greedy_identical_over_block_sizes(pair, arch, kind, threshold):
+    target, draft = pair(arch, kind)
+    ids = prompt(seed=sum(map(ord, arch + kind)))
+    expected = plain_greedy(target, ids, max_new_tokens=19)
+    decisions = set()
+    for block_size in range(1, 9) if arch == "llama" else (1, 2, 5, 8):
+        cap = 2 * block_size
+        pv = make_preverifier(draft, block_size=block_size, threshold=threshold, max_draft_tokens=cap)
+        out = target.generate(ids, max_new_tokens=19, do_sample=False, assistant_model=draft, pacer=pv)
+        assert torch.equal(out, expected), f"block_size={block_size}"
+        stats = pacer_hf.last_stats(target)
+        assert stats.new_tokens == 19 and len(stats.draft_lengths) == len(stats.accepted) == stats.target_forwards
+        assert all(a <= d for a, d in zip(stats.accepted, stats.draft_lengths))
+        budgets = round_budgets(stats, ids.shape[1], 19, cap)
+        if threshold == 0.0:
+            assert stats.draft_lengths == budgets, "threshold 0 must never stop early"
+        if threshold == 1.0:
+            assert stats.draft_lengths == [min(b, block_size) for b in budgets], "threshold 1 stops after one block"
+        decisions.update(d // block_size for d, b in zip(stats.draft_lengths, budgets) if b == cap)
+    if threshold == 0.5 and kind != "copy":
+        assert decisions >= {1, 2}, "the untrained pre-verifier should both stop and continue"
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_greedy_identical_float32(pair, arch):
+    target, draft = pair(arch, "noisy", torch.float32)
+    pv = make_preverifier(draft, block_size=3, threshold=0.4, max_draft_tokens=12)
+    for seed in range(3):
+        ids = prompt(seed=seed)
+        expected = plain_greedy(target, ids, max_new_tokens=24)
+        out = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=draft, pacer=pv)
+        assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("strategy", ["sd-fixed-1", "sd-fixed-4", "sd-fixed-7"])
+def test_fixed_length_loop_identical(pair, strategy):
+    target, draft = pair("llama", "noisy")
+    ids = prompt(seed=5)
+    expected = plain_greedy(target, ids, max_new_tokens=23)
+    out = target.generate(ids, max_new_tokens=23, do_sample=False, assistant_model=draft, pacer=strategy)
+    assert torch.equal(out, expected)
+    gamma = int(strategy.rsplit("-", 1)[1])
+    assert max(pacer_hf.last_stats(target).draft_lengths) == gamma
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("eos_position", [1, 4, 6])
+def test_eos_inside_a_block(pair, arch, eos_position):
+    """EOS drafted mid-block by an exact copy: generation stops exactly where the target stops."""
+    target, draft = pair(arch, "copy")
+    ids = prompt(seed=11)
+    free = plain_greedy(target, ids, max_new_tokens=12)
+    eos = int(free[0, ids.shape[1] + eos_position])
+    expected = plain_greedy(target, ids, max_new_tokens=12, eos_token_id=eos, pad_token_id=eos)
+    pv = make_preverifier(draft, block_size=4, threshold=0.0, max_draft_tokens=8)
+    out = target.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=draft, pacer=pv,
+                          eos_token_id=eos, pad_token_id=eos)
+    assert torch.equal(out, expected)
+    assert out.shape[1] <= ids.shape[1] + eos_position + 1
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 5, 7, 13])
+def test_max_new_tokens_inside_a_block(pair, max_new_tokens):
+    target, draft = pair("llama", "copy")
+    ids = prompt(seed=2)
+    expected = plain_greedy(target, ids, max_new_tokens=max_new_tokens)
+    pv = make_preverifier(draft, block_size=4, threshold=0.0, max_draft_tokens=8)
+    out = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft, pacer=pv)
+    assert torch.equal(out, expected)
+    assert pacer_hf.last_stats(target).new_tokens == max_new_tokens
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_logits_processors_active(pair, arch):
+    """Repetition penalty and min_new_tokens (with an EOS the target would otherwise emit early)."""
+    target, draft = pair(arch, "noisy")
+    ids = prompt(seed=4)
+    free = plain_greedy(target, ids, max_new_tokens=10, repetition_penalty=1.5)
+    eos = int(free[0, ids.shape[1] + 1])
+    kwargs = {"max_new_tokens": 20, "repetition_penalty": 1.5, "min_new_tokens": 6, "eos_token_id": eos,
+              "pad_token_id": eos}
+    expected = plain_greedy(target, ids, **kwargs)
+    assert expected.shape[1] >= ids.shape[1] + 6
+    for threshold in (0.0, 0.5):
+        pv = make_preverifier(draft, block_size=2, threshold=threshold, max_draft_tokens=8)
+        out = target.generate(ids, do_sample=False, assistant_model=draft, pacer=pv, **kwargs)
+        assert torch.equal(out, expected)
+
+
+def test_trim_failed_block_is_exact_for_greedy(pair):
+    target, draft = pair("llama", "noisy")
+    drafted = {}
+    for trim in (False, True):
+        pv = make_preverifier(draft, block_size=4, threshold=0.5, max_draft_tokens=12, trim_failed_block=trim)
+        drafted[trim] = 0
+        for seed in range(3):
+            ids = prompt(seed=seed)
+            expected = plain_greedy(target, ids, max_new_tokens=20)
+            out = target.generate(ids, max_new_tokens=20, do_sample=False, assistant_model=draft, pacer=pv)
+            assert torch.equal(out, expected)
+            drafted[trim] += sum(pacer_hf.last_stats(target).draft_lengths)
+    assert drafted[True] < drafted[False], "trimming must send fewer drafted tokens to the target"
+
+
+def test_dict_output_and_scores_match(pair):
+    target, draft = pair("gpt2", "noisy")
+    ids = prompt(seed=8)
+    kwargs = {"max_new_tokens": 15, "do_sample": False, "return_dict_in_generate": True, "output_scores": True}
+    expected = target.generate(ids, pacer=None, **kwargs)
+    out = target.generate(ids, assistant_model=draft, pacer=make_preverifier(draft, block_size=2), **kwargs)
+    assert torch.equal(out.sequences, expected.sequences)
+    assert len(out.scores) == len(expected.scores) == 15
+    for got, want in zip(out.scores, expected.scores):
+        torch.testing.assert_close(got, want)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    arch=st.sampled_from(ARCHITECTURES),
+    kind=st.sampled_from(DRAFT_KINDS),
+    tokens=st.lists(st.integers(0, 95), min_size=1, max_size=12),
+    block_size=st.integers(1, 6),
+    blocks=st.integers(1, 4),
+    threshold=st.sampled_from([0.0, 0.2, 0.5, 0.8, 1.0]),
+    rule=st.sampled_from(["block", "cumulative"]),
+    max_new_tokens=st.integers(1, 25),
+    pv_seed=st.integers(0, 3),
+)
+def test_property_greedy_identical(pair, arch, kind, tokens, block_size, blocks, threshold, rule, max_new_tokens,
+                                   pv_seed):
+    target, draft = pair(arch, kind)
+    ids = torch.tensor([tokens])
+    pv = make_preverifier(draft, seed=pv_seed, block_size=block_size, threshold=threshold, decision_rule=rule,
+                          max_draft_tokens=block_size * blocks)
+    expected = plain_greedy(target, ids, max_new_tokens=max_new_tokens)
+    out = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft, pacer=pv)
+    assert torch.equal(out, expected)
