@@ -9,6 +9,7 @@ Importing registers `PacerConfig`/`PacerPreVerifier` with transformers' Auto cla
 
 from transformers import AutoConfig, AutoModel
 
+from .candidate_generator import compile_draft
 from .configuration_pacer import PacerConfig
 from .generation import STRATEGIES, attach, disable, enable, last_stats, load_preverifier
 from .modeling_pacer import PacerPreVerifier, draft_features
@@ -24,6 +25,7 @@ __all__ = [
     "PacerPreVerifier",
     "PacerStats",
     "attach",
+    "compile_draft",
     "disable",
     "draft_features",
     "enable",

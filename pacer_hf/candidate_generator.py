@@ -35,6 +35,7 @@ class PacerStoppingCriteria(StoppingCriteria):
         self.logits: list[torch.Tensor] = []
         self.features: list[torch.Tensor] = []
         self.trim = 0
+        self._answers = (torch.zeros(1, dtype=torch.bool), torch.ones(1, dtype=torch.bool))  # no per-token allocation
 
     def start_round(self) -> None:
         self.hidden.clear()
@@ -65,7 +66,37 @@ class PacerStoppingCriteria(StoppingCriteria):
                 kept = (torch.sigmoid(token_logits[-self.block_size :]) >= 0.5).long().cumprod(0).sum()
                 self.trim = self.block_size - int(kept)
             self.stats.preverifier_seconds += time.perf_counter() - start
-        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
+        return self._answers[stop].to(input_ids.device)
+
+
+def compile_draft(draft_model, warmup: bool = True):
+    """Opt-in: compile the draft's one-token decode step with `torch.compile` (returns the draft).
+
+    The draft's decoder is compiled (dynamic shapes, its own DynamicCache) and `lm_head` stays eager,
+    so the pre-verifier's hook still sees the hidden state. Multi-token inputs (prefill, the two
+    tokens after a fully accepted round) keep the eager forward, so only one shape is compiled.
+    Compiling takes tens of seconds on a CPU; `warmup` pays it here rather than in the first call.
+    Refused for drafts whose logits are not `lm_head(decoder(...))` (e.g. soft-capped logits).
+    """
+    decoder, lm_head = draft_model.get_decoder(), draft_model.get_output_embeddings()
+    if decoder is None or decoder is draft_model or lm_head is None:
+        raise ValueError(f"compile_draft needs a causal LM with a decoder and an lm_head; got {type(draft_model).__name__}.")
+    probe = torch.zeros((1, 4), dtype=torch.long, device=draft_model.device)
+    with torch.no_grad():
+        expected = draft_model(probe).logits
+        split = lm_head(decoder(input_ids=probe).last_hidden_state)
+    if not torch.allclose(expected, split, atol=1e-4, rtol=1e-4):
+        raise ValueError(
+            f"compile_draft: {type(draft_model).__name__}'s logits are not lm_head(decoder(x)); use the eager draft."
+        )
+    # Kept out of the module tree (not a submodule): the draft's state_dict and save_pretrained stay unchanged.
+    draft_model.__dict__["_pacer_decode_step"] = torch.compile(decoder, dynamic=True)
+    if warmup:
+        with torch.no_grad():
+            cache = decoder(input_ids=probe, use_cache=True).past_key_values
+            for token in range(2):  # two lengths, so the dynamic-shape graph is the one compiled
+                draft_model._pacer_decode_step(input_ids=probe[:, :1] + token, past_key_values=cache, use_cache=True)
+    return draft_model
 
 
 class PacerCandidateGenerator(AssistedCandidateGenerator):
@@ -103,6 +134,7 @@ class PacerCandidateGenerator(AssistedCandidateGenerator):
         if "logits_to_keep" in inspect.signature(forward).parameters:
             self.forward_kwargs["logits_to_keep"] = 1
         self.lm_head = self.draft.get_output_embeddings()
+        self.decode_step = getattr(self.draft, "_pacer_decode_step", None)  # set by compile_draft
 
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
@@ -125,9 +157,13 @@ class PacerCandidateGenerator(AssistedCandidateGenerator):
             self.stop.start_round()
         try:
             for n in range(1, budget + 1):
-                out = self.draft(input_ids=pending, past_key_values=self.cache, **self.forward_kwargs)
-                self.cache = out.past_key_values
-                raw = out.logits[:, -1, :]
+                if self.decode_step is not None and pending.shape[1] == 1 and self.cache is not None:
+                    hidden = self.decode_step(input_ids=pending, past_key_values=self.cache, use_cache=True)
+                    raw = self.lm_head(hidden.last_hidden_state[:, -1:])[:, -1]
+                else:
+                    out = self.draft(input_ids=pending, past_key_values=self.cache, **self.forward_kwargs)
+                    self.cache = out.past_key_values
+                    raw = out.logits[:, -1, :]
                 scores = self.processors(ids[:, : cur_len + n - 1], raw)
                 if self.do_sample:
                     token = torch.multinomial(torch.softmax(scores.float(), dim=-1), 1)

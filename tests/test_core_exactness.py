@@ -168,3 +168,27 @@ def test_property_greedy_identical(pair, arch, kind, tokens, block_size, blocks,
     expected = plain_greedy(target, ids, max_new_tokens=max_new_tokens)
     out = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft, pacer=pv)
     assert torch.equal(out, expected)
+
+
+@pytest.mark.slow
+def test_compiled_draft_identical_and_used():
+    """compile_draft: same greedy output, and the compiled one-token step really runs."""
+    from conftest import build_draft, build_model
+
+    target = pacer_hf.enable(build_model("llama", seed=5))
+    draft = build_draft(target, "noisy")
+    keys = set(draft.state_dict())
+    pacer_hf.compile_draft(draft)
+    assert set(draft.state_dict()) == keys, "compiling must not add modules or weights to the draft"
+    compiled, calls = draft._pacer_decode_step, []
+    draft.__dict__["_pacer_decode_step"] = lambda **kwargs: calls.append(1) or compiled(**kwargs)
+    pv = make_preverifier(draft, block_size=2, threshold=0.3, max_draft_tokens=6)
+    for seed in range(3):
+        ids = prompt(seed=seed)
+        expected = plain_greedy(target, ids, max_new_tokens=20)
+        for pacer in (pv, "sd-fixed-3"):
+            out = target.generate(ids, max_new_tokens=20, do_sample=False, assistant_model=draft, pacer=pacer)
+            assert torch.equal(out, expected)
+    assert calls, "the compiled decode step was never used"
+    with pytest.raises(ValueError, match="compile_draft needs"):
+        pacer_hf.compile_draft(pv)
