@@ -4,7 +4,9 @@
     out = target.generate(**inputs, assistant_model=draft, pacer=PacerPreVerifier.from_draft(draft))
     print(pacer_hf.last_stats(target))
 
-Importing registers `PacerConfig`/`PacerPreVerifier` with transformers' Auto classes; nothing else.
+Importing registers `PacerConfig`/`PacerPreVerifier` with transformers' Auto classes and the extra
+strategies (`pacer="ouroboros"`, `pacer="pacer+ouroboros"`, `pacer="pearl"`, `pacer="pearl-sequential"`,
+`pacer="pacer+pearl"`, `pacer="pearl-resync"`) in `STRATEGIES`; nothing else.
 """
 
 from transformers import AutoConfig, AutoModel
@@ -13,6 +15,8 @@ from .candidate_generator import compile_draft
 from .configuration_pacer import PacerConfig
 from .generation import STRATEGIES, attach, disable, enable, last_stats, load_preverifier
 from .modeling_pacer import PacerPreVerifier, draft_features
+from .ouroboros import OuroborosConfig, OuroborosStats, PhrasePool, phrase_pool, reset_phrase_pool
+from .pearl import PearlConfig  # registers pacer="pearl" and its variants
 from .stats import PacerStats
 
 AutoConfig.register(PacerConfig.model_type, PacerConfig, exist_ok=True)
@@ -21,9 +25,13 @@ AutoModel.register(PacerConfig, PacerPreVerifier, exist_ok=True)
 __version__ = "0.1.0"
 __all__ = [
     "STRATEGIES",
+    "OuroborosConfig",
+    "OuroborosStats",
     "PacerConfig",
     "PacerPreVerifier",
     "PacerStats",
+    "PhrasePool",
+    "PearlConfig",
     "attach",
     "compile_draft",
     "disable",
@@ -31,4 +39,6 @@ __all__ = [
     "enable",
     "last_stats",
     "load_preverifier",
+    "phrase_pool",
+    "reset_phrase_pool",
 ]

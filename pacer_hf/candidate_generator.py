@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 
 import torch
 from transformers import LogitsProcessorList, StoppingCriteria
@@ -144,17 +145,39 @@ class PacerCandidateGenerator(AssistedCandidateGenerator):
         if budget <= 0:
             self.stats.draft_lengths.append(0)
             return input_ids, None
+        n, processed = self._draft(input_ids, budget)
+        self.stats.draft_lengths.append(n)
+        if n == 0:
+            return input_ids, None
+        candidates = self.ids[:, : cur_len + n].clone()
+        return candidates, torch.stack(processed[:n], dim=1) if self.do_sample else None
+
+    def _draft(
+        self,
+        sequence: torch.LongTensor,
+        budget: int,
+        generator: torch.Generator | None = None,
+        interrupt: Callable[[int, int], bool] | None = None,
+    ) -> tuple[int, list[torch.Tensor]]:
+        """Draft up to `budget` tokens after `sequence` into `self.ids`: the one drafting loop.
+
+        Returns how many drafted tokens to propose (a trimmed failed block excluded) and the processed
+        logits of every drafted token. `interrupt(n, token)`, called after each token, ends drafting
+        early (PEARL's cancellation); `generator` is the RNG for sampled drafts (default: torch's).
+        """
+        cur_len = sequence.shape[1]
         keep = 0
         if self.cache is not None:  # roll the draft cache back to the accepted prefix
             keep = min(self.cache.get_seq_length(), cur_len - 1)
             crop_cache(self.cache, keep)
         ids = self.ids
-        ids[:, :cur_len] = input_ids
+        ids[:, :cur_len] = sequence
         pending = ids[:, keep:cur_len]
         processed = []
         hook = self.lm_head.register_forward_pre_hook(self.stop.capture_hidden) if self.stop else None
         if self.stop:
             self.stop.start_round()
+        n = 0
         try:
             for n in range(1, budget + 1):
                 if self.decode_step is not None and pending.shape[1] == 1 and self.cache is not None:
@@ -166,26 +189,25 @@ class PacerCandidateGenerator(AssistedCandidateGenerator):
                     raw = out.logits[:, -1, :]
                 scores = self.processors(ids[:, : cur_len + n - 1], raw)
                 if self.do_sample:
-                    token = torch.multinomial(torch.softmax(scores.float(), dim=-1), 1)
+                    token = torch.multinomial(torch.softmax(scores.float(), dim=-1), 1, generator=generator)
                 else:
                     token = scores.argmax(dim=-1, keepdim=True)
                 ids[:, cur_len + n - 1] = token[:, 0]
                 processed.append(scores)
                 pending = token
+                value = int(token)
+                if interrupt is not None and interrupt(n, value):
+                    break
                 if self.stop is not None and bool(self.stop(ids[:, : cur_len + n], raw)[0]):
                     n -= self.stop.trim
                     break
-                if int(token) in self.eos:
+                if value in self.eos:
                     break
         finally:
             if hook is not None:
                 hook.remove()
-        self.stats.draft_forwards += len(processed)
-        self.stats.draft_lengths.append(n)
-        if n == 0:
-            return input_ids, None
-        candidates = ids[:, : cur_len + n].clone()
-        return candidates, torch.stack(processed[:n], dim=1) if self.do_sample else None
+            self.stats.draft_forwards += len(processed)
+        return n, processed
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
         """No schedule to update (the draft length is decided while drafting); record the outcome."""

@@ -12,6 +12,8 @@ import sys
 
 COMMANDS = {
     "demo": "pacer_hf.demo",
+    "push": "pacer_hf.push",
+    "push-generate": "pacer_hf.push_generate",
 }
 
 

@@ -42,8 +42,10 @@ class StrategyCall:
         self.closers.clear()
 
 
-# name -> builder(model, draft, generation kwargs) -> StrategyCall. Strategies other than Pacer
-# (PEARL, Ouroboros) register here; the PEFT-style registry keeps `pacer=` open to them.
+# name -> builder(model, draft, generate kwargs) -> StrategyCall. Strategies other than Pacer
+# (PEARL, Ouroboros) register here; the PEFT-style registry keeps `pacer=` open to them. The kwargs
+# dict is the one passed on to transformers' generate, so a builder pops its own options from it
+# (e.g. `ouroboros=OuroborosConfig(...)`) and transformers never sees them.
 STRATEGIES: dict[str, Callable[..., StrategyCall]] = {}
 
 
@@ -173,6 +175,8 @@ def _pacer_call(name: str, max_draft_tokens: int, preverifier: PacerPreVerifier 
 def _resolve_preverifier(model: PreTrainedModel, pacer: PacerArg, draft: PreTrainedModel) -> PacerPreVerifier:
     if isinstance(pacer, PacerPreVerifier):
         return pacer
+    if getattr(getattr(pacer, "config", None), "model_type", None) == "pacer_preverifier":
+        return PacerPreVerifier.from_other_copy(pacer)  # e.g. from AutoModel(..., trust_remote_code=True)
     if pacer is True:
         attached = getattr(draft, "_pacer_preverifier", None)
         if attached is None:

@@ -123,12 +123,32 @@ class PacerPreVerifier(PreTrainedModel):
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except OSError as error:
-            if "cannot be loaded with `safetensors`" not in str(error):
+            message = str(error)
+            if "model.safetensors" not in message or not ("no file named" in message or "cannot be loaded" in message):
                 raise
             raise OSError(
                 f"{pretrained_model_name_or_path} has no model.safetensors: PacerPreVerifier loads safetensors "
                 "weights only (a pickle such as pytorch_model.bin can run code when loaded)."
             ) from error
+
+    @classmethod
+    def from_other_copy(cls, module: nn.Module) -> PacerPreVerifier:
+        """This class's twin of a pre-verifier built by another copy of this code (pacer_hf or Hub remote code).
+
+        transformers imports remote code as its own module, so `isinstance` fails across copies; config
+        and weights define a pre-verifier, so they are carried over.
+        """
+        if isinstance(module, cls):
+            return module
+        config = getattr(module, "config", None)
+        if getattr(config, "model_type", None) != PacerConfig.model_type:
+            raise TypeError(f"{type(module).__name__} is not a Pacer pre-verifier.")
+        local = cls(PacerConfig(**config.to_dict()))
+        local.load_state_dict(module.state_dict())
+        parameter = next(module.parameters(), None)
+        if parameter is not None:
+            local.to(device=parameter.device, dtype=parameter.dtype)
+        return local.train(module.training)
 
     def push_to_hub(self, repo_id: str, **kwargs) -> str:
         """Publish weights, config, remote code and a model card (pacer_hf.hub.push_preverifier).
