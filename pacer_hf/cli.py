@@ -11,9 +11,14 @@ import importlib
 import sys
 
 COMMANDS = {
-    "demo": "pacer_hf.demo",
+"demo": "pacer_hf.demo",
     "push": "pacer_hf.push",
     "push-generate": "pacer_hf.push_generate",
+    "collect": "pacer_hf.training.collect",
+    "train": "pacer_hf.training.train",
+    "calibrate": "pacer_hf.training.calibrate",
+    "align-draft": "pacer_hf.training.align",
+    "bench": "pacer_hf.bench",
 }
 
 

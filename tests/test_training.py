@@ -1,0 +1,263 @@
+"""Training pipeline: collect -> train -> calibrate -> generate, resumption, bad input, PEFT, data parallel.
+
+Tiny Llama pairs from configs (tests/conftest.py); float64 models so generation exactness is never a
+numerical near-tie.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import build_draft, build_model, make_preverifier, plain_greedy
+
+import pacer_hf
+from pacer_hf import PacerPreVerifier
+from pacer_hf.training import (
+    CollectConfig,
+    calibrate_preverifier,
+    collect,
+    load_texts,
+    load_traces,
+    measure_costs,
+    pacer_lengths,
+    propose_and_label,
+    read_manifest,
+    train_preverifier,
+)
+from pacer_hf.training.train import build_preverifier, predict_probs, prepare
+
+VOCAB = 96
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    target = build_model("llama", vocab_size=VOCAB).to(torch.float64)
+    draft = build_draft(target, "noisy", noise=0.06)
+    return pacer_hf.enable(target), draft
+
+
+def corpus(n_texts: int = 32, length: int = 40, seed: int = 0) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, VOCAB, (length,), generator=generator).tolist() for _ in range(n_texts)]
+
+
+def small_config(**overrides) -> CollectConfig:
+    values = {"max_draft_tokens": STEPS, "positions_per_text": 8, "min_prefix": 4, "shard_size": 32, "batch_size": 16}
+    return CollectConfig(**{**values, **overrides})
+
+
+@pytest.fixture(scope="module")
+def traces(tiny_pair, tmp_path_factory):
+    target, draft = tiny_pair
+    out = tmp_path_factory.mktemp("traces")
+    return collect(target, draft, out, token_ids=corpus(), config=small_config(), progress=False)
+
+
+def test_end_to_end_collect_train_calibrate_generate(tiny_pair, traces, tmp_path):
+    target, draft = tiny_pair
+    data = load_traces(traces)
+    manifest = read_manifest(traces)
+    assert len(data) == manifest["num_units"] == 32 * 8 and manifest["complete"]
+    labels = np.asarray(data["labels"])
+    assert 0.05 < (labels[labels >= 0]).mean() < 0.95, "the noisy draft should be partly accepted"
+    model, metrics = train_preverifier(traces, tmp_path / "pv", eval_fraction=0.25, epochs=5, batch_size=32,
+                                       learning_rate=3e-3, hidden_size=32, progress=False)
+    assert metrics["auc"] > 0.6 and 0 <= metrics["ece"] <= 1
+    assert {"sim_speedup", "sim_best_fixed", "sim_oracle"} <= set(metrics)
+    costs = measure_costs(target, draft, model, context=16, max_k=STEPS, repeats=2, progress=False)
+    assert costs.draft_cost > 0 and costs.verify_cost[0] == 1.0
+    report = calibrate_preverifier(model, data, costs, block_sizes=(1, 2, 3))
+    table = report["table"]
+    assert table["oracle"] >= max(v for k, v in table.items() if k.startswith("fixed-")) - 1e-9
+    model.save_pretrained(tmp_path / "pv")
+    loaded = PacerPreVerifier.from_pretrained(tmp_path / "pv")
+    assert loaded.config.calibration["chosen"] == report["chosen"]
+    assert loaded.config.block_size == report["chosen"]["block_size"]
+    for prompt in corpus(3, 10, seed=5):
+        prompt = torch.tensor([prompt])
+        expected = plain_greedy(target, prompt, max_new_tokens=24)
+        out = target.generate(prompt, assistant_model=draft, pacer=str(tmp_path / "pv"), do_sample=False,
+                              max_new_tokens=24)
+        assert torch.equal(out, expected)
+
+
+def test_collected_inputs_match_generation(tiny_pair):
+    """Collection's hidden states/features equal what generation feeds the pre-verifier, and the simulator's
+    draft length equals the one generation chooses (first round, same prefix)."""
+    target, draft = tiny_pair
+    prompt = corpus(1, 12, seed=7)[0]
+    pv = make_preverifier(draft, max_draft_tokens=STEPS, block_size=2, threshold=0.3)
+    calls = []
+    handle = pv.register_forward_hook(lambda module, args, output: calls.append([a.clone() for a in args]))
+    try:
+        target.generate(torch.tensor([prompt]), assistant_model=draft, pacer=pv, do_sample=False, max_new_tokens=8)
+    finally:
+        handle.remove()
+    first_round = pacer_hf.last_stats(target).draft_lengths[0]
+    arrays = propose_and_label(target, draft, [prompt], STEPS)
+    hidden, feats = calls[first_round // 2 - 1]
+    n = hidden.shape[1]
+    torch.testing.assert_close(hidden[0].float(), torch.as_tensor(arrays["draft_hidden_states"][0, :n]).float(),
+                               atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(feats[0].float(), torch.as_tensor(arrays["draft_features"][0, :n]), atol=1e-4, rtol=1e-4)
+    data = {"draft_hidden_states": torch.as_tensor(arrays["draft_hidden_states"]).float(),
+            "draft_features": torch.as_tensor(arrays["draft_features"])}
+    with torch.no_grad():
+        probs = torch.sigmoid(pv(**data).logits).numpy()
+    lengths, _ = pacer_lengths(probs, 2, 0.3, "block")
+    assert int(lengths[0]) == first_round
+
+
+def test_target_continuation(tiny_pair, tmp_path):
+    """Prefixes grown by the target's own greedy tokens (as at serving) match plain greedy generation."""
+    from pacer_hf.training.collect import greedy_continuations
+
+    target, draft = tiny_pair
+    prompts = corpus(3, 12, seed=4)
+    prompts[1] = prompts[1][:7]  # different lengths: left padding must not change the continuation
+    grown = greedy_continuations(target, prompts, 5)
+    for prompt, more in zip(prompts, grown):
+        expected = plain_greedy(target, torch.tensor([prompt]), max_new_tokens=5)[0, len(prompt):].tolist()
+        assert more == expected
+    out = collect(target, draft, tmp_path / "c", token_ids=corpus(4), config=small_config(target_continuation=6),
+                  progress=False)
+    assert len(load_traces(out)) == read_manifest(out)["num_units"]
+
+
+def test_resume_after_interruption(tiny_pair, traces, tmp_path):
+    target, draft = tiny_pair
+    out = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        collect(target, draft, out, token_ids=corpus(), config=small_config(), progress=False, _stop_after_shards=2)
+    manifest = read_manifest(out)
+    assert manifest["done_shards"] == [0, 1] and not manifest["complete"]
+    with pytest.raises(ValueError, match="incomplete"):
+        load_traces(out)
+    (out / "shards" / ".tmp-shard-00002").mkdir()  # a shard write cut halfway
+    collect(target, draft, out, token_ids=corpus(), config=small_config(), progress=False)
+    resumed, full = load_traces(out), load_traces(traces)
+    assert len(resumed) == len(full) == read_manifest(out)["num_units"]
+    assert len(set(resumed["example_id"])) == len(resumed)
+    assert resumed["example_id"] == full["example_id"]
+    np.testing.assert_array_equal(np.asarray(resumed["labels"]), np.asarray(full["labels"]))
+    assert not list((out / "shards").glob(".tmp-*"))
+
+
+def test_output_folder_of_another_run_is_refused(tiny_pair, traces, tmp_path):
+    target, draft = tiny_pair
+    before = sorted(p.name for p in (traces / "shards").iterdir())
+    with pytest.raises(ValueError, match="different collection run.*max_draft|different collection run"):
+        collect(target, draft, traces, token_ids=corpus(), config=small_config(max_draft_tokens=4), progress=False)
+    assert sorted(p.name for p in (traces / "shards").iterdir()) == before
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="not empty"):
+        collect(target, draft, other, token_ids=corpus(), config=small_config(), progress=False)
+    assert (other / "notes.txt").read_text() == "keep me"
+
+
+def test_bad_inputs(tiny_pair, traces, tmp_path):
+    target, draft = tiny_pair
+    other_vocab = build_model("llama", vocab_size=VOCAB + 8).to(torch.float64)
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        collect(target, other_vocab, tmp_path / "v", token_ids=corpus(), config=small_config(), progress=False)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"content": "x = 1"}) + "\n")
+    with pytest.raises(ValueError, match="column='text'.*--column"):
+        load_texts(rows)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="without text files"):
+        load_texts(tmp_path / "empty")
+    rows.write_text(json.dumps({"text": "  "}) + "\n")
+    with pytest.raises(ValueError, match="no non-empty texts"):
+        load_texts(rows)
+    with pytest.raises(ValueError, match="min_prefix"):
+        collect(target, draft, tmp_path / "short", token_ids=[[1, 2]], config=small_config(), progress=False)
+    foreign = PacerPreVerifier.from_draft(build_model("llama", vocab_size=VOCAB, hidden=16, layers=1), max_draft_tokens=8)
+    foreign.save_pretrained(tmp_path / "foreign")
+    with pytest.raises(ValueError, match="trained for draft .* train from scratch"):
+        build_preverifier(read_manifest(traces), str(tmp_path / "foreign"))
+
+
+def test_fine_tune_existing_preverifier(traces, tmp_path):
+    first, _ = train_preverifier(traces, tmp_path / "a", epochs=1, batch_size=32, hidden_size=32, progress=False)
+    tuned, metrics = train_preverifier(traces, tmp_path / "b", init_from=str(tmp_path / "a"), epochs=1,
+                                       batch_size=32, progress=False)
+    assert tuned.config.hidden_size == 32 and metrics["auc"] == metrics["auc"]
+
+
+def test_peft_draft_exact_and_alignment(tiny_pair, tmp_path):
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from pacer_hf.training import align_draft, measure_alpha
+
+    target, draft = tiny_pair
+    import copy
+
+    base = copy.deepcopy(draft)
+    lora = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    with torch.no_grad():
+        for name, param in lora.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    lora.eval()
+    assert isinstance(lora, PeftModel)
+    pv = make_preverifier(lora, max_draft_tokens=STEPS, block_size=2, threshold=0.4)
+    for prompt in corpus(3, 10, seed=9):
+        prompt = torch.tensor([prompt])
+        expected = plain_greedy(target, prompt, max_new_tokens=20)
+        for pacer in (pv, "sd-fixed-3"):
+            out = target.generate(prompt, assistant_model=lora, pacer=pacer, do_sample=False, max_new_tokens=20)
+            assert torch.equal(out, expected)
+    arrays = propose_and_label(target, lora, [corpus(1, 12)[0]], STEPS)
+    assert arrays["draft_hidden_states"].shape == (1, STEPS, draft.config.hidden_size)
+    held = corpus(6, 40, seed=3)
+    before = measure_alpha(target, draft, held, gamma=4, positions_per_text=4)
+    aligned = align_draft(copy.deepcopy(draft), target, corpus(40, 40, seed=11), steps=40, seq_len=32,
+                          batch_size=8, learning_rate=5e-3, progress=False)
+    after = measure_alpha(target, aligned, held, gamma=4, positions_per_text=4)
+    assert after["alpha"] >= before["alpha"]
+    prompt = torch.tensor([held[0][:10]])
+    out = target.generate(prompt, assistant_model=aligned, pacer="sd-fixed-4", do_sample=False, max_new_tokens=16)
+    assert torch.equal(out, plain_greedy(target, prompt, max_new_tokens=16))
+
+
+def test_sampling_labels_are_soft(tiny_pair, tmp_path):
+    target, draft = tiny_pair
+    out = collect(target, draft, tmp_path / "s", token_ids=corpus(6), config=small_config(temperature=1.0),
+                  progress=False)
+    labels = np.asarray(load_traces(out)["labels"])
+    assert read_manifest(out)["label_kind"] == "sampling"
+    assert ((labels >= 0) & (labels <= 1)).all() and ((labels > 0) & (labels < 1)).any()
+
+
+@pytest.mark.slow
+def test_accelerate_two_processes_matches_single(traces, tmp_path):
+    common = ["--data", str(traces), "--eval-fraction", "0.25", "--epochs", "6", "--batch-size", "32",
+              "--lr", "3e-3", "--hidden-size", "32"]
+    # accelerate 1.15's `--cpu` launcher starts ONE process unless mpirun is set up; `--multi_gpu` starts two
+    # through torchrun, and with no GPU they train data parallel on CPU (gloo). world_size below proves it.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+              "-m", "pacer_hf.cli", "train", *common, "--out", str(tmp_path / "ddp")]
+    result = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=170)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ddp = json.loads((tmp_path / "ddp" / "train_results.json").read_text())
+    single = json.loads(Path(train_preverifier(traces, tmp_path / "one", eval_fraction=0.25, epochs=6, batch_size=32,
+                                               learning_rate=3e-3, hidden_size=32, progress=False)
+                             and tmp_path / "one" / "train_results.json").read_text())
+    assert ddp["world_size"] == 2 and single["world_size"] == 1
+    assert abs(ddp["auc"] - single["auc"]) < 0.05 and abs(ddp["ece"] - single["ece"]) < 0.05, (ddp, single)
+    model = PacerPreVerifier.from_pretrained(tmp_path / "ddp")
+    probs, labels = predict_probs(model, prepare(load_traces(traces)))
+    assert probs.shape == labels.shape
