@@ -11,7 +11,8 @@ import importlib
 import sys
 
 COMMANDS = {
-"demo": "pacer_hf.demo",
+    "demo": "pacer_hf.demo",
+    "build-demo-pair": "pacer_hf.demo_pair",
     "push": "pacer_hf.push",
     "push-generate": "pacer_hf.push_generate",
     "collect": "pacer_hf.training.collect",
