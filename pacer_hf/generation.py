@@ -231,15 +231,19 @@ def _check_preverifier(preverifier: PacerPreVerifier, draft: PreTrainedModel) ->
         )
 
 
-def _check_pair(model: PreTrainedModel, draft: PreTrainedModel) -> None:
-    target_vocab = model.get_output_embeddings().weight.shape[0]
+def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, fix: str) -> None:
+    """Refuse a draft whose output rows differ from the target's: token ids must mean the same thing."""
+    target_rows = target.get_output_embeddings().weight.shape[0]
     draft_head = draft.get_output_embeddings()
-    draft_vocab = None if draft_head is None else draft_head.weight.shape[0]
-    if draft_vocab != target_vocab:
+    draft_rows = None if draft_head is None else draft_head.weight.shape[0]
+    if draft_rows != target_rows:
         raise ValueError(
-            f"Draft and target vocabularies differ ({draft_vocab} vs {target_vocab} output rows): "
-            "assistant_model must share the target's tokenizer and vocabulary for pacer=."
+            f"Draft and target vocabularies differ (draft lm_head has {draft_rows} rows, target {target_rows}): {fix}"
         )
+
+
+def _check_pair(model: PreTrainedModel, draft: PreTrainedModel) -> None:
+    check_vocabularies(model, draft, "assistant_model must share the target's tokenizer and vocabulary for pacer=.")
     if model.config.is_encoder_decoder or draft.config.is_encoder_decoder:
         raise ValueError("pacer= supports decoder-only models; use plain assisted generation for encoder-decoders.")
 

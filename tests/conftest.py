@@ -97,3 +97,15 @@ def make_preverifier(draft, seed: int = 0, **overrides) -> PacerPreVerifier:
 def plain_greedy(target, prompt, **kwargs):
     """The reference: the target alone, through transformers' plain generate."""
     return target.generate(prompt, do_sample=False, pacer=None, **kwargs)
+
+
+def logits_processor_case(target, prompt_ids) -> tuple[dict, torch.Tensor]:
+    """generate kwargs with repetition penalty and min_new_tokens, the EOS being a token the target
+    would otherwise emit early; returns them with the target's own output under those settings."""
+    free = plain_greedy(target, prompt_ids, max_new_tokens=10, repetition_penalty=1.5)
+    eos = int(free[0, prompt_ids.shape[1] + 1])
+    kwargs = {"max_new_tokens": 20, "repetition_penalty": 1.5, "min_new_tokens": 6, "eos_token_id": eos,
+              "pad_token_id": eos}
+    expected = plain_greedy(target, prompt_ids, **kwargs)
+    assert expected.shape[1] >= prompt_ids.shape[1] + 6, "min_new_tokens must be what keeps generation going"
+    return kwargs, expected

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ARCHITECTURES, DRAFT_KINDS, make_preverifier, plain_greedy
+from conftest import ARCHITECTURES, DRAFT_KINDS, logits_processor_case, make_preverifier, plain_greedy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -108,12 +108,7 @@ def test_logits_processors_active(pair, arch):
     """Repetition penalty and min_new_tokens (with an EOS the target would otherwise emit early)."""
     target, draft = pair(arch, "noisy")
     ids = prompt(seed=4)
-    free = plain_greedy(target, ids, max_new_tokens=10, repetition_penalty=1.5)
-    eos = int(free[0, ids.shape[1] + 1])
-    kwargs = {"max_new_tokens": 20, "repetition_penalty": 1.5, "min_new_tokens": 6, "eos_token_id": eos,
-              "pad_token_id": eos}
-    expected = plain_greedy(target, ids, **kwargs)
-    assert expected.shape[1] >= ids.shape[1] + 6
+    kwargs, expected = logits_processor_case(target, ids)
     for threshold in (0.0, 0.5):
         pv = make_preverifier(draft, block_size=2, threshold=threshold, max_draft_tokens=8)
         out = target.generate(ids, do_sample=False, assistant_model=draft, pacer=pv, **kwargs)

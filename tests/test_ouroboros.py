@@ -10,7 +10,7 @@ import contextlib
 
 import pytest
 import torch
-from conftest import ARCHITECTURES, DRAFT_KINDS, make_preverifier, plain_greedy
+from conftest import ARCHITECTURES, DRAFT_KINDS, logits_processor_case, make_preverifier, plain_greedy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_core_exactness import round_budgets
@@ -133,12 +133,7 @@ def test_logits_processors_active(pair, arch, strategy):
     """Repetition penalty and min_new_tokens (with an EOS the target would otherwise emit early)."""
     target, draft = pair(arch, "noisy")
     ids = repeating([7, 8, 9], 3)
-    free = plain_greedy(target, ids, max_new_tokens=10, repetition_penalty=1.5)
-    eos = int(free[0, ids.shape[1] + 1])
-    kwargs = {"max_new_tokens": 20, "repetition_penalty": 1.5, "min_new_tokens": 6, "eos_token_id": eos,
-              "pad_token_id": eos}
-    expected = plain_greedy(target, ids, **kwargs)
-    assert expected.shape[1] >= ids.shape[1] + 6
+    kwargs, expected = logits_processor_case(target, ids)
     with attached(draft):
         for _ in range(2):
             out, _ = run(target, draft, ids, strategy, **kwargs)

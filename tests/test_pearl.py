@@ -8,7 +8,15 @@ import time
 
 import pytest
 import torch
-from conftest import ARCHITECTURES, DRAFT_KINDS, build_draft, build_model, make_preverifier, plain_greedy
+from conftest import (
+    ARCHITECTURES,
+    DRAFT_KINDS,
+    build_draft,
+    build_model,
+    logits_processor_case,
+    make_preverifier,
+    plain_greedy,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_core_exactness import prompt
@@ -118,11 +126,7 @@ def test_max_new_tokens_edges(pair, max_new_tokens):
 def test_logits_processors_active(pair, arch):
     target, draft = pair(arch, "noisy")
     ids = prompt(seed=4)
-    free = plain_greedy(target, ids, max_new_tokens=10, repetition_penalty=1.5)
-    eos = int(free[0, ids.shape[1] + 1])
-    kwargs = {"max_new_tokens": 20, "repetition_penalty": 1.5, "min_new_tokens": 6, "eos_token_id": eos,
-              "pad_token_id": eos}
-    expected = plain_greedy(target, ids, **kwargs)
+    kwargs, expected = logits_processor_case(target, ids)
     for name in ("pearl-test-3-par", "pearl-test-5-seq", "pearl-test-3-resync"):
         out = target.generate(ids, do_sample=False, assistant_model=draft, pacer=name, **kwargs)
         assert torch.equal(out, expected)

@@ -7,19 +7,15 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
+from ..generation import check_vocabularies
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
 
 def check_pair(target: PreTrainedModel, draft: PreTrainedModel, tokenizer=None) -> None:
     """Refuse pairs whose vocabularies differ: labels compare token ids, so they must mean the same thing."""
+    check_vocabularies(target, draft, "pick a --draft that shares the target's tokenizer.")
     target_rows = target.get_output_embeddings().weight.shape[0]
-    draft_head = draft.get_output_embeddings()
-    draft_rows = None if draft_head is None else draft_head.weight.shape[0]
-    if draft_rows != target_rows:
-        raise ValueError(
-            f"Draft and target vocabularies differ (draft lm_head has {draft_rows} rows, target {target_rows}): "
-            "pick a --draft that shares the target's tokenizer."
-        )
     if tokenizer is not None and len(tokenizer) > target_rows:
         raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the models only {target_rows} output rows: "
                          "pass the --tokenizer of this pair.")
