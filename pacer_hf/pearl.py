@@ -254,6 +254,9 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
         if self.config.switch_interval_s is not None:
             self.old_switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(self.config.switch_interval_s)
+        # Autograd modes are thread-local: the worker must draft in the caller's mode, or tensors made
+        # under the caller's torch.inference_mode() cannot be updated by the worker.
+        self.inference_mode = torch.is_inference_mode_enabled()
         self.worker = threading.Thread(target=self._serve, name="pacer-hf-pearl-draft", daemon=True)
         self.worker.start()
 
@@ -280,8 +283,9 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
     # ----------------------------------------------------------------- worker thread
     def _serve(self) -> None:
         torch.set_num_threads(self.config.draft_threads)  # per-thread on OpenMP builds: the caller keeps its own
-        while (job := self.requests.get()) is not None:
-            self._run(job)
+        with torch.inference_mode(self.inference_mode):
+            while (job := self.requests.get()) is not None:
+                self._run(job)
 
     def _run(self, job: _Job) -> None:
         start = time.perf_counter()

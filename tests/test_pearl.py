@@ -291,3 +291,13 @@ def test_caller_thread_count_untouched(pair):
     finally:
         torch.set_num_threads(1)
     assert pacer_hf.last_stats(target).parallel and pacer_hf.last_stats(target).jobs > 0
+
+
+def test_pearl_under_inference_mode(pair):
+    """The worker drafts in the caller's autograd mode (modes are thread-local)."""
+    target, draft = pair("llama", "noisy")
+    ids = prompt(seed=3)
+    expected = plain_greedy(target, ids, max_new_tokens=16)
+    with torch.inference_mode():
+        out = target.generate(ids, max_new_tokens=16, do_sample=False, assistant_model=draft, pacer="pearl")
+    assert torch.equal(out, expected)
