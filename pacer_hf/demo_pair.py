@@ -32,6 +32,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .timing import cached_forward_timer
+
 CORPUS_EXCLUDED_DIRS = {"test", "tests", "idle_test", "site-packages", "encodings", "pydoc_data", "__pycache__"}
 """Test suites are dropped (repetitive fixtures, a third of the stdlib's bytes) and so are data-like
 modules (codec tables, pydoc topic strings): the models should learn ordinary library code."""
@@ -462,20 +464,12 @@ def argmax_agreement(draft, target, blocks: torch.Tensor, batch_size: int = 8) -
 
 
 @torch.no_grad()
-def decode_step_ms(model, prompt_len: int = 128, steps: int = 48, vocab: int | None = None) -> float:
+def decode_step_ms(model, prompt_len: int = 128, steps: int = 48) -> float:
     """Median time of one single-token forward with a KV cache, batch 1: the call pacer_hf's drafting
     loop makes per draft token, and the call plain decoding makes per target token."""
     model.eval()
-    vocab = vocab or model.config.vocab_size
-    ids = torch.randint(0, vocab, (1, prompt_len), generator=torch.Generator().manual_seed(0))
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-    cache, token, times = out.past_key_values, ids[:, -1:], []
-    for _ in range(steps):
-        start = time.perf_counter()
-        out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        times.append(time.perf_counter() - start)
-        cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
-    return 1000 * statistics.median(times)
+    once = cached_forward_timer(model, 1, prompt_len, logits_to_keep=1)
+    return 1000 * statistics.median(once() for _ in range(steps))
 
 
 def decode_costs(models: dict, rounds: int = 7, steps: int = 32) -> dict[str, float]:

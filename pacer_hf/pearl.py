@@ -36,6 +36,7 @@ from ._hf_compat import crop_cache
 from .candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
 from .generation import STRATEGIES, StrategyCall, _check_preverifier, _generation_value
 from .stats import PacerStats
+from .timing import cached_forward_timer
 
 __all__ = ["PearlCandidateGenerator", "PearlConfig", "PearlStats", "measure_gamma", "register"]
 
@@ -331,28 +332,14 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
 _GAMMA_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-@torch.no_grad()
 def _step_seconds(model: PreTrainedModel, tokens: int, reps: int = 7, context: int = 32) -> float:
     """Fastest of `reps` cached forwards over `tokens` new tokens after a `context`-token prefix.
 
     The minimum, not the median: on a shared machine other jobs only ever add time.
     """
-    device = model.device
-    vocab = model.get_output_embeddings().weight.shape[0]
-    prefix = torch.arange(context, device=device)[None] % vocab
-    step = torch.arange(tokens, device=device)[None] % vocab
-    cache = model(input_ids=prefix, use_cache=True).past_key_values
-    times = []
-    for _ in range(reps + 1):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        model(input_ids=step, past_key_values=cache, use_cache=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
-        crop_cache(cache, context)
-    return min(times[1:])
+    once = cached_forward_timer(model, tokens, context)
+    once()  # warm-up
+    return min(once() for _ in range(reps))
 
 
 def measure_gamma(target: PreTrainedModel, draft: PreTrainedModel, max_gamma: int = 8) -> int:

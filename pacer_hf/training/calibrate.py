@@ -19,8 +19,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from .._hf_compat import crop_cache
 from ..modeling_pacer import PacerPreVerifier
+from ..timing import cached_forward_timer
 from .collect import load_traces
 from .common import cli_errors
 from .simulate import CostModel, acceptance_matrix, best_setting, speedup_table
@@ -32,24 +32,8 @@ def measure_costs(target: PreTrainedModel, draft: PreTrainedModel, preverifier: 
                   context: int = 128, max_k: int = 16, repeats: int = 15, progress: bool = True) -> CostModel:
     """Time one target step, target forwards over k+1 tokens (k = 0..max_k) and one draft step on a cached
     `context`-token prefix; all relative to one target step. Interleaved repeats, medians."""
-    vocab = target.get_output_embeddings().weight.shape[0]
-    generator = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, context), generator=generator)
-    tokens = torch.randint(0, vocab, (1, max_k + 1), generator=generator)
-
     def timer(model: PreTrainedModel, width: int, keep: int | None):
-        cache = model(input_ids=prefix.to(model.device), use_cache=True).past_key_values
-        x = tokens[:, :width].to(model.device)
-        extra = {"logits_to_keep": keep} if keep else {}
-
-        def once() -> float:
-            start = time.perf_counter()
-            model(input_ids=x, past_key_values=cache, use_cache=True, **extra)
-            elapsed = time.perf_counter() - start
-            crop_cache(cache, context)
-            return elapsed
-
-        return once
+        return cached_forward_timer(model, width, context, logits_to_keep=keep)
 
     runs = {"draft": timer(draft, 1, 1), "target": timer(target, 1, 1)}
     runs.update({f"verify-{k}": timer(target, k + 1, None) for k in range(1, max_k + 1)})
