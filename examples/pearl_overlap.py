@@ -1,6 +1,7 @@
 """PEARL on this machine: real draft/target overlap vs the same generator run sequentially.
 
     python examples/pearl_overlap.py                      # synthetic 8x512 target + 1-layer draft
+    python examples/pearl_overlap.py --pair demo          # the shipped demo pair, HumanEval prompts
     python examples/pearl_overlap.py --pair tiny          # the trained pair in /work/tiny (if present)
     python examples/pearl_overlap.py --pair tiny --pacer-pearl --pv /work/tiny/runs/pv
     python examples/pearl_overlap.py --repeats 5 --gammas 3,auto --out docs/pearl_overlap.json
@@ -67,6 +68,16 @@ def tiny_pair(root: Path):
     return target, draft, prompts
 
 
+def demo_pair(folder: Path):
+    """The shipped demo pair and HumanEval prompts (what the PEARL issue reports on)."""
+    from pacer_hf.demo import load_demo_pair
+    from pacer_hf.demo_pair import humaneval_prompts
+
+    target, draft, tokenizer = load_demo_pair(folder)
+    prompts = [tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids for text in humaneval_prompts(8)]
+    return target, draft, prompts
+
+
 @torch.no_grad()
 def _forward_loop(model, steps: int, tokens: int, seconds: list[float], threads: int | None = None) -> None:
     if threads is not None:
@@ -117,7 +128,9 @@ def run(target, draft, prompts, pacer, new_tokens: int, eos_free: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pair", choices=["synthetic", "tiny"], default="synthetic")
+    parser.add_argument("--pair", choices=["synthetic", "tiny", "demo"], default="synthetic",
+                        help="demo: the shipped hub_cards pair on HumanEval prompts")
+    parser.add_argument("--demo-folder", type=Path, default=Path(__file__).resolve().parents[1] / "hub_cards")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--residual-scale", type=float, default=0.05)
@@ -137,6 +150,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.pair == "synthetic":
         target, draft, prompts = synthetic_pair(args.layers, args.hidden, args.residual_scale)
+    elif args.pair == "demo":
+        target, draft, prompts = demo_pair(args.demo_folder)
     else:
         target, draft, prompts = tiny_pair(args.tiny_root)
     prompts = prompts[: args.prompts]

@@ -10,7 +10,10 @@ thread), which stays meaningful on a machine shared with other jobs; `wall` is w
 
 "Overhead" is the round time minus the time inside draft forwards, the target forward and the
 pre-verifier: Python bookkeeping, logits processing, cache cropping, transformers' loop. The
-forwards are timed by wrapping `forward` on these model instances only (in this script).
+forwards are timed by wrapping `forward` on these model instances only (in this script). It is split
+into `drafting_overhead` (inside the candidate generator's `get_candidates`: the drafting loop's own
+bookkeeping; for hf-fixed, HF's per-round `assistant_model.generate()` setup) and `hf_loop_overhead`
+(everything outside it and outside the target forward: transformers' `_assisted_decoding`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,38 @@ class ForwardTimer:
 
     def reset(self) -> None:
         self.seconds, self.calls = 0.0, 0
+
+
+class DraftingTimer:
+    """Times `get_candidates` of transformers' and pacer_hf's candidate generators (this script only,
+    restored by `close`): drafting time minus draft forwards and pre-verifier = the drafting loop's own
+    bookkeeping; the rest of the overhead is transformers' verification loop."""
+
+    def __init__(self):
+        from transformers.generation.candidate_generator import AssistedCandidateGenerator
+
+        from pacer_hf.candidate_generator import PacerCandidateGenerator
+
+        self.seconds, self.originals = 0.0, {}
+        for cls in (AssistedCandidateGenerator, PacerCandidateGenerator):
+            original = cls.__dict__["get_candidates"]
+            self.originals[cls] = original
+
+            def timed(generator, *args, _original=original, **kwargs):
+                start = clock()
+                try:
+                    return _original(generator, *args, **kwargs)
+                finally:
+                    self.seconds += clock() - start
+
+            cls.get_candidates = timed
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+
+    def close(self) -> None:
+        for cls, original in self.originals.items():
+            cls.get_candidates = original
 
 
 def probe_pair() -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -113,6 +148,7 @@ def main() -> None:
         compiled.__dict__["_pacer_decode_step"] = timed_step
         strategies[f"sd-fixed-{args.gamma} compiled"] = {"assistant_model": compiled, "pacer": f"sd-fixed-{args.gamma}"}
     samples: dict[str, list[dict]] = {name: [] for name in strategies}
+    drafting = DraftingTimer()
     for repeat in range(args.repeats + 1):  # the first pass is warm-up
         for name, kwargs in strategies.items():
             target_timer.reset()
@@ -120,6 +156,7 @@ def main() -> None:
             timer = compiled_timer if kwargs.get("assistant_model") is not draft and kwargs else draft_timer
             timer.reset()
             pv_timer.reset()
+            drafting.reset()
             start = clock()
             out = target.generate(prompt, max_new_tokens=args.max_new_tokens, do_sample=False, **kwargs)
             total = clock() - start
@@ -134,14 +171,20 @@ def main() -> None:
                     "target_ms": 1e3 * target_timer.seconds / rounds,
                     "preverifier_ms": 1e3 * pv_seconds / rounds,
                     "overhead_ms": 1e3 * (total - timer.seconds - target_timer.seconds - pv_seconds) / rounds,
+                    # of which: inside get_candidates (drafting loop) / outside it (transformers' loop)
+                    "drafting_overhead_ms": 1e3 * (drafting.seconds - timer.seconds - pv_seconds) / rounds
+                    if kwargs else 0.0,
+                    "hf_loop_overhead_ms": 1e3 * (total - drafting.seconds - target_timer.seconds) / rounds,
                 })
+    drafting.close()
     table = {name: {key: statistics.median(s[key] for s in rows) for key in rows[0]} for name, rows in samples.items()}
     print(f"clock={args.clock} threads={args.threads} gamma={args.gamma} max_new_tokens={args.max_new_tokens} repeats={args.repeats} "
           f"(medians)")
     columns = list(next(iter(table.values())))
-    print(f"{'strategy':<22}" + "".join(f"{c:>26}" for c in columns))
+    short = {"draft_forwards_per_round": "draft_fw/round"}
+    print(f"{'strategy':<26}" + "".join(f"{short.get(c, c.removesuffix('_ms')):>17}" for c in columns))
     for name, row in table.items():
-        print(f"{name:<22}" + "".join(f"{row[c]:>26.3f}" for c in columns))
+        print(f"{name:<26}" + "".join(f"{row[c]:>17.3f}" for c in columns))
     if args.out:
         with open(args.out, "w") as handle:
             json.dump({"args": vars(args), "medians": table}, handle, indent=2)

@@ -187,7 +187,7 @@ class PacerCandidateGenerator(AssistedCandidateGenerator):
                     out = self.draft(input_ids=pending, past_key_values=self.cache, **self.forward_kwargs)
                     self.cache = out.past_key_values
                     raw = out.logits[:, -1, :]
-                scores = self.processors(ids[:, : cur_len + n - 1], raw)
+                scores = self.processors(ids[:, : cur_len + n - 1], raw) if self.processors else raw
                 if self.do_sample:
                     token = torch.multinomial(torch.softmax(scores.float(), dim=-1), 1, generator=generator)
                 else:

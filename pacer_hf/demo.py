@@ -2,18 +2,17 @@
 
 Loads hub_cards/demo-target and hub_cards/demo-draft (built by `pacer-hf build-demo-pair`), and
 hub_cards/demo-preverifier when it exists (otherwise an untrained `PacerPreVerifier.from_draft`).
-Generates greedily from a few HumanEval prompts with each strategy, runs interleaved and repeated,
-checks every output is identical to plain decoding, and prints tokens/s, speedup, tau (tokens per
-target forward) and mean draft length, then one example completion.
+Generates greedily from a few HumanEval prompts with each strategy through the benchmark harness
+(`pacer_hf.bench.run_benchmark`: interleaved, repeated, every output checked identical to plain
+decoding) and prints tokens/s, speedup, tau (tokens per target forward) and mean draft length, then
+one example completion.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import statistics
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=3, help="number of HumanEval prompts")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timed repeats (median reported)")
-    parser.add_argument("--gamma", type=int, default=6, help="draft length of the sd-fixed baseline")
+    parser.add_argument("--gamma", type=int, default=2,
+                        help="draft length of the sd-fixed baseline (2: the best fixed γ for the demo pair in docs/BENCHMARKS.md)")
     parser.add_argument("--folder", default=str(SHIPPED_DIR), help="folder holding demo-target/, demo-draft/")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (0: torch's default); 1 because two OpenMP threads on a shared 2-core CPU "
@@ -81,103 +81,48 @@ def load_demo_preverifier(draft, folder: str | Path = SHIPPED_DIR) -> tuple[Pace
     return PacerPreVerifier.from_draft(draft).eval(), note
 
 
-def hf_dynamic_settings(draft) -> None:
-    """HF's stock assisted generation reads its draft length from the draft's generation_config: set it
-    explicitly (HF's defaults: 20 tokens, constant schedule, confidence threshold 0.4)."""
-    draft.generation_config.num_assistant_tokens = 20
-    draft.generation_config.num_assistant_tokens_schedule = "constant"
-    draft.generation_config.assistant_confidence_threshold = 0.4
+DEMO_STRATEGIES = ("ar", "sd-fixed-{gamma}", "hf-confidence", "pacer")
 
 
-@dataclass
-class _Counter:
-    """Counts forward calls of a model (a forward pre-hook), to report tau and draft lengths uniformly."""
+def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier, prompts: int = 3, max_new_tokens: int = 64,
+             repeats: int = 3, gamma: int = 6, progress: bool = False):
+    """Greedy generation from `prompts` HumanEval prompts with plain decoding, fixed-length SD, HF's stock
+    dynamic drafts and Pacer: the benchmark harness's loop (interleaved, warm-up excluded, outputs checked
+    identical to plain decoding in every run), at demo size. Returns the harness's BenchResult."""
+    from .bench.prompts import build_prompts
+    from .bench.runner import BenchConfig, run_benchmark
 
-    calls: int = 0
-    handles: list = field(default_factory=list)
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def attach(self, model) -> _Counter:
-        self.handles.append(model.register_forward_pre_hook(self._hook))
-        return self
-
-    def _hook(self, module, args) -> None:
-        self.calls += 1
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
-@dataclass
-class Row:
-    name: str
-    tokens_per_s: list[float] = field(default_factory=list)
-    new_tokens: int = 0
-    target_forwards: int = 0
-    draft_forwards: int = 0
+    config = BenchConfig(strategies=[name.format(gamma=gamma) for name in DEMO_STRATEGIES],
+                         categories=["humaneval"], temperatures=(0.0,), prompts_per_category=prompts,
+                         runs=repeats, max_new_tokens=max_new_tokens, threads=torch.get_num_threads(),
+                         cost_repeats=3)
+    prompt_sets, _ = build_prompts(["humaneval"], encode, prompts, config.prompt_tokens)
+    return run_benchmark(target, draft, prompt_sets, config, preverifier=preverifier, progress=progress)
 
 
-def compare(target, draft, tokenizer, prompts: list[str], strategies: dict[str, dict], max_new_tokens: int,
-            repeats: int) -> tuple[list[Row], list[torch.Tensor]]:
-    """Greedy generation with each strategy, interleaved, `repeats` timed passes after one warm-up pass.
-
-    Raises AssertionError if any output differs from plain greedy decoding."""
-    pacer_hf.enable(target)
-    encoded = [tokenizer(p, return_tensors="pt").input_ids for p in prompts]
-    gen = {"max_new_tokens": max_new_tokens, "do_sample": False, "pad_token_id": tokenizer.eos_token_id}
-    reference = [target.generate(ids, **gen) for ids in encoded]  # also the warm-up of plain decoding
-    rows = {name: Row(name) for name in strategies}
-    for repeat in range(repeats + 1):
-        for name, kwargs in strategies.items():
-            counters = (_Counter().attach(target), _Counter().attach(draft))
-            tokens, seconds = 0, 0.0
-            try:
-                for ids, expected in zip(encoded, reference):
-                    start = time.perf_counter()
-                    out = target.generate(ids, **gen, **kwargs)
-                    seconds += time.perf_counter() - start
-                    if not torch.equal(out, expected):
-                        raise AssertionError(f"{name}: output differs from plain greedy decoding (a bug; please report it)")
-                    tokens += out.shape[1] - ids.shape[1]
-            finally:
-                for counter in counters:
-                    counter.remove()
-            if repeat == 0:  # warm-up pass: also the one that counts forwards
-                row = rows[name]
-                row.new_tokens, row.target_forwards, row.draft_forwards = tokens, counters[0].calls, counters[1].calls
-            else:
-                rows[name].tokens_per_s.append(tokens / seconds)
-    return list(rows.values()), reference
-
-
-def format_table(rows: list[Row]) -> str:
-    base = statistics.median(rows[0].tokens_per_s)
-    lines = [f"{'strategy':<28}{'tokens/s':>10}{'spread':>14}{'speedup':>9}{'tau':>7}{'mean draft':>12}"]
-    for row in rows:
-        tps = statistics.median(row.tokens_per_s)
-        spread = f"{min(row.tokens_per_s):.1f}-{max(row.tokens_per_s):.1f}"
-        tau = row.new_tokens / max(row.target_forwards, 1)
-        mean_draft = row.draft_forwards / max(row.target_forwards, 1)
-        lines.append(f"{row.name:<28}{tps:>10.1f}{spread:>14}{tps / base:>8.2f}x{tau:>7.2f}{mean_draft:>12.2f}")
+def format_summary(records: list[dict]) -> str:
+    """The demo's table: one line per strategy, speedups against plain decoding (`ar`)."""
+    names = {"ar": "plain decoding (ar)", "hf-confidence": "HF dynamic (stock)"}
+    lines = [f"{'strategy':<26}{'tokens/s':>10}{'spread':>14}{'speedup':>9}{'tau':>7}{'mean draft':>12}"]
+    for r in records:
+        spread = f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f}"
+        name = names.get(r["strategy"], r["strategy"] + (" (pacer_hf loop)" if r["strategy"].startswith("sd-") else ""))
+        lines.append(f"{name:<26}{r['tokens_per_s']:>10.1f}{spread:>14}{r['speedup_vs_ar']:>8.2f}x"
+                     f"{r['tau']:>7.2f}{r['mean_draft_len'] or 0:>12.2f}")
     return "\n".join(lines)
 
 
-def default_strategies(draft, preverifier: PacerPreVerifier, gamma: int) -> dict[str, dict]:
-    """name -> extra generate kwargs; the first is the plain-decoding baseline."""
-    hf_dynamic_settings(draft)
-    return {
-        "plain": {},
-        f"sd-fixed-{gamma} (pacer_hf loop)": {"assistant_model": draft, "pacer": f"sd-fixed-{gamma}"},
-        "HF dynamic (stock)": {"assistant_model": draft},
-        "pacer": {"assistant_model": draft, "pacer": preverifier},
-    }
-
-
 def run(args: argparse.Namespace) -> int:
+    import transformers
+
     from .demo_pair import humaneval_prompts
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()
     try:
         target, draft, tokenizer = load_demo_pair(args.folder)
     except DemoPairMissing as err:
@@ -185,16 +130,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
     preverifier, note = load_demo_preverifier(draft, args.folder)
     print(note)
-    prompts = humaneval_prompts(args.prompts)
-    strategies = default_strategies(draft, preverifier, args.gamma)
     start = time.perf_counter()
-    rows, outputs = compare(target, draft, tokenizer, prompts, strategies, args.max_new_tokens, args.repeats)
-    print(f"{len(prompts)} HumanEval prompts x {args.max_new_tokens} new tokens, greedy, median of {args.repeats} "
+    result = run_demo(target, draft, tokenizer, preverifier, args.prompts, args.max_new_tokens, args.repeats,
+                      args.gamma, progress=True)
+    print(f"{args.prompts} HumanEval prompts x {args.max_new_tokens} new tokens, greedy, median of {args.repeats} "
           f"interleaved runs, {torch.get_num_threads()} torch threads ({time.perf_counter() - start:.0f} s)")
-    print(format_table(rows))
+    print(format_summary(result.records))
     print("all outputs identical to plain greedy decoding")
-    print("\nexample (HumanEval/0 prompt, then the target's greedy completion):\n" + "-" * 60)
-    print(tokenizer.decode(outputs[0][0], skip_special_tokens=True))
+    prompt = humaneval_prompts(1)[0]
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    out = target.generate(ids, assistant_model=draft, pacer=preverifier, do_sample=False,
+                          max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
+    print("\nexample (HumanEval/0 prompt, then the target's greedy completion, generated with Pacer):\n" + "-" * 60)
+    print(tokenizer.decode(out[0], skip_special_tokens=True))
     return 0
 
 

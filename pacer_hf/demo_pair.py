@@ -248,10 +248,13 @@ def grow_deeper(model, layers: int):
 ELAPSED_FILE = "elapsed.json"
 
 
-def _time_budget_callback(budget_s: float, lr: float, warmup: int, schedule: bool, resumed_from: str | None):
+def _time_budget_callback(budget_s: float, lr: float, warmup: int, schedule: bool, resumed_from: str | None,
+                          name: str = "train"):
     """Trainer callback for a wall-time budget: cosine LR decay (to 10%) driven by the fraction of the
     budget spent, so a stage uses its minutes whatever share of a shared CPU it gets, and still ends
-    with a decayed LR. Elapsed time is stored in each checkpoint, so a resumed run continues the schedule."""
+    with a decayed LR. Elapsed time is stored in each checkpoint, so a resumed run continues the schedule.
+    Its progress bar counts minutes of the budget (a step count is unknown in advance), with step, loss, LR."""
+    from tqdm.auto import tqdm
     from transformers import TrainerCallback
 
     previous = 0.0
@@ -261,6 +264,16 @@ def _time_budget_callback(budget_s: float, lr: float, warmup: int, schedule: boo
     class TimeBudget(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
             self.start = time.perf_counter()
+            self.lr = lr
+            self.bar = tqdm(total=round(budget_s / 60, 1), initial=round(previous / 60, 1), desc=f"[{name}]",
+                            unit="min", bar_format="{desc} {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} min{postfix}")
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                self.bar.set_postfix(step=state.global_step, loss=f"{float(logs['loss']):.3f}", lr=f"{self.lr:.2e}")
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.bar.close()
 
         def elapsed(self) -> float:
             return previous + time.perf_counter() - self.start
@@ -269,8 +282,11 @@ def _time_budget_callback(budget_s: float, lr: float, warmup: int, schedule: boo
             frac = self.elapsed() / budget_s
             if schedule and optimizer is not None:
                 mult = min(1.0, (state.global_step + 1) / max(warmup, 1)) * (0.1 + 0.45 * (1 + math.cos(math.pi * min(frac, 1.0))))
+                self.lr = lr * mult
                 for group in optimizer.param_groups:
-                    group["lr"] = lr * mult
+                    group["lr"] = self.lr
+            self.bar.n = round(min(self.elapsed(), budget_s) / 60, 1)
+            self.bar.refresh()
             if frac >= 1.0:
                 print(f"\n[time budget] {budget_s / 60:.1f} min spent at step {state.global_step}; saving", flush=True)
                 control.should_training_stop = True
@@ -316,15 +332,19 @@ def train_stage(args: argparse.Namespace, work: Path, name: str, model, minutes:
         lr_scheduler_kwargs={} if timed else {"min_lr_rate": 0.1},
         warmup_steps=0 if timed else min(plan["warmup_steps"], plan["max_steps"] // 10),
         weight_decay=0.1, adam_beta2=0.95, max_grad_norm=1.0, logging_steps=10, save_steps=25, save_total_limit=2,
-        report_to=[], seed=args.seed, data_seed=args.seed, dataloader_num_workers=0, disable_tqdm=False,
+        report_to=[], seed=args.seed, data_seed=args.seed, dataloader_num_workers=0, disable_tqdm=timed,
         **_device_kwargs())
     from transformers.trainer_utils import get_last_checkpoint
 
     last = get_last_checkpoint(str(stage_dir))
     budget_s = plan["budget_minutes"] * 60 * (1.0 if timed else 1.3)
-    callback = _time_budget_callback(budget_s, plan["lr"], plan["warmup_steps"], timed, last)
+    callback = _time_budget_callback(budget_s, plan["lr"], plan["warmup_steps"], timed, last, name)
     trainer_cls = _distill_trainer(teacher, kd_weight) if teacher is not None else Trainer
     trainer = trainer_cls(model=model, args=targs, train_dataset=train, callbacks=[callback])
+    if timed:  # the budget bar shows step/loss/LR; the log history still goes to trainer_state.json
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)
     start = time.perf_counter()
     state = json.loads((Path(last) / "trainer_state.json").read_text()) if last else {}
     spent = json.loads((Path(last) / ELAPSED_FILE).read_text())["seconds"] if last and (Path(last) / ELAPSED_FILE).exists() else 0.0

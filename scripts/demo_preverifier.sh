@@ -4,11 +4,12 @@
 # Traces: draft proposals at positions of stdlib files of the pair's *train* split (a random subset), plus the
 # target's own greedy continuation (0..CONT tokens); the pair's *validation* files choose the setting, its *test*
 # files (held out everywhere) give the reported table.
-# Usage: WORK=/work/demo-pv TRAIN_FILES=100 PPT=16 bash scripts/demo_preverifier.sh
+# Usage: WORK=/work/demo-pv TRAIN_FILES=250 PPT=16 PPT_EVAL=32 bash scripts/demo_preverifier.sh
 set -euo pipefail
 WORK=${WORK:-/work/demo-pv}
-TRAIN_FILES=${TRAIN_FILES:-100}
+TRAIN_FILES=${TRAIN_FILES:-250}
 PPT=${PPT:-16}
+PPT_EVAL=${PPT_EVAL:-32}  # positions per validation/test file (more rounds: steadier AUC/ECE)
 CONT=${CONT:-24}
 NICE="nice -n ${NICE_LEVEL:-10}"
 T=${TARGET:-hub_cards/demo-target}
@@ -31,12 +32,12 @@ for name, files in (("train", train[:n]), ("validation", splits["validation"]), 
 PY
 collect() {
   $NICE pacer-hf collect --target $T --draft $D $TOK --file-list "$WORK/$1.txt" --out "$WORK/traces-$1" \
-    --max-draft-tokens 8 --positions-per-text "$PPT" --context 128 --batch-size 32 --target-continuation "$CONT"
+    --max-draft-tokens 8 --positions-per-text "$2" --context 128 --batch-size 32 --target-continuation "$CONT"
 }
-collect train > "$WORK/collect-train.log" 2>&1 &
+collect train "$PPT" > "$WORK/collect-train.log" 2>&1 &
 TRAIN_PID=$!
-collect validation > "$WORK/collect-validation.log" 2>&1
-collect test > "$WORK/collect-test.log" 2>&1
+collect validation "$PPT_EVAL" > "$WORK/collect-validation.log" 2>&1
+collect test "$PPT_EVAL" > "$WORK/collect-test.log" 2>&1
 wait $TRAIN_PID
 $NICE pacer-hf train --data "$WORK/traces-train" --eval-data "$WORK/traces-validation" --out "$WORK/pv" \
   --epochs "${EPOCHS:-8}" --lr 1e-3 --batch-size 64 | tee "$WORK/train.log"

@@ -98,9 +98,12 @@ def test_demo_runs_on_the_tiny_pair_and_outputs_match(tiny_build):
     target, draft, tok = demo.load_demo_pair(args.out)
     pv, note = demo.load_demo_preverifier(draft, args.out)
     assert "UNTRAINED" in note
-    rows, _ = demo.compare(target, draft, tok, demo_pair.humaneval_prompts(1), demo.default_strategies(draft, pv, 4),
-                           max_new_tokens=8, repeats=1)  # raises if any output differs from plain decoding
-    assert "speedup" in demo.format_table(rows)
+    # the bench harness raises BenchmarkMismatch if any output differs from plain decoding
+    result = demo.run_demo(target, draft, tok, pv, prompts=1, max_new_tokens=8, repeats=1, gamma=4)
+    assert [r["strategy"] for r in result.records] == ["ar", "sd-fixed-4", "hf-confidence", "pacer"]
+    assert all(r["identical_to_ar"] for r in result.records)
+    summary = demo.format_summary(result.records)
+    assert "HF dynamic (stock)" in summary and "sd-fixed-4 (pacer_hf loop)" in summary
 
 
 def test_missing_or_corrupted_pair_says_how_to_rebuild(tiny_build, tmp_path):
@@ -118,7 +121,7 @@ def test_missing_or_corrupted_pair_says_how_to_rebuild(tiny_build, tmp_path):
 def test_demo_on_the_shipped_pair():
     target, draft, tok = demo.load_demo_pair(SHIPPED)
     pv, _ = demo.load_demo_preverifier(draft, SHIPPED)
-    rows, outputs = demo.compare(target, draft, tok, demo_pair.humaneval_prompts(1),
-                                 demo.default_strategies(draft, pv, 4), max_new_tokens=12, repeats=1)
-    assert outputs[0].shape[1] > 0 and len(rows) == 4
+    result = demo.run_demo(target, draft, tok, pv, prompts=1, max_new_tokens=12, repeats=1, gamma=4)
+    assert len(result.records) == 4 and all(r["identical_to_ar"] for r in result.records)
+    assert all(r["tokens_per_s"] > 0 for r in result.records)
     assert demo_pair.held_out_files(SHIPPED / "demo-target")
