@@ -23,6 +23,8 @@ from pacer_hf import PacerPreVerifier
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "hub_cards"
 REBUILD_HINT = "Rebuild them with `pacer-hf build-demo-pair` (about an hour on a 2-core CPU; see docs/DEMO_PAIR.md)."
+DEMO_STRATEGIES = ("ar", "sd-fixed-{gamma}", "hf-confidence", "pacer")
+DEMO_GAMMA = 2  # the shipped pair's best fixed γ (docs/BENCHMARKS.md)
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json")
 
 
@@ -34,8 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=3, help="number of HumanEval prompts")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timed repeats (median reported)")
-    parser.add_argument("--gamma", type=int, default=2,
-                        help="draft length of the sd-fixed baseline (2: the best fixed γ for the demo pair in docs/BENCHMARKS.md)")
+    parser.add_argument("--gamma", type=int, default=DEMO_GAMMA,
+                        help=f"draft length of the sd-fixed baseline ({DEMO_GAMMA}: the demo pair's best fixed γ in "
+                        "docs/BENCHMARKS.md)")
     parser.add_argument("--folder", default=str(SHIPPED_DIR), help="folder holding demo-target/, demo-draft/")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (0: torch's default); 1 because two OpenMP threads on a shared 2-core CPU "
@@ -81,11 +84,10 @@ def load_demo_preverifier(draft, folder: str | Path = SHIPPED_DIR) -> tuple[Pace
     return PacerPreVerifier.from_draft(draft).eval(), note
 
 
-DEMO_STRATEGIES = ("ar", "sd-fixed-{gamma}", "hf-confidence", "pacer")
 
 
 def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier, prompts: int = 3, max_new_tokens: int = 64,
-             repeats: int = 3, gamma: int = 6, progress: bool = False):
+             repeats: int = 3, gamma: int = DEMO_GAMMA, progress: bool = False):
     """Greedy generation from `prompts` HumanEval prompts with plain decoding, fixed-length SD, HF's stock
     dynamic drafts and Pacer: the benchmark harness's loop (interleaved, warm-up excluded, outputs checked
     identical to plain decoding in every run), at demo size. Returns the harness's BenchResult."""
