@@ -7,9 +7,10 @@
     python examples/pearl_overlap.py --repeats 5 --gammas 3,auto --out docs/pearl_overlap.json
 
 Methods, interleaved per repeat (rotating order), greedy, same prompts: the target alone,
-sd-fixed-<g> for a few g (best reported), PEARL (worker thread) and PEARL sequential (same generator,
-same gamma, job run in the caller's thread) for a few gammas, the same with `resync_tokens`, and
-optionally pacer+pearl. Prints medians and saves
+sd-fixed-<g> for a few g (best reported), PEARL with each worker in --workers (`@process`: the
+forked worker process, the CPU default; `@thread`: a worker thread) and PEARL sequential (same
+generator, same gamma, job run in the caller's thread) for a few gammas, the same with
+`resync_tokens`, and optionally pacer+pearl. Prints medians and saves
 JSON with every run, the machine load (`uptime`) before and after, and PEARL's modelled time
 (sum over rounds of max(draft job, target window) + serial overhead, from the sequential runs).
 
@@ -144,6 +145,7 @@ def main() -> None:
     parser.add_argument("--resync", type=int, default=2, help="also run PEARL with resync_tokens=N (0: skip)")
     parser.add_argument("--pacer-pearl", action="store_true", help="also run pacer+pearl")
     parser.add_argument("--pv", default=None, help="pre-verifier for pacer+pearl (default: an untrained one)")
+    parser.add_argument("--workers", default="process,thread", help="PEARL draft workers to compare")
     parser.add_argument("--out", type=Path, default=Path("pearl_overlap.json"))
     args = parser.parse_args()
 
@@ -159,18 +161,20 @@ def main() -> None:
     eos_free = {"eos_token_id": None, "pad_token_id": 0} if args.pair == "synthetic" else {}
     auto = measure_gamma(target, draft)
     gammas = sorted({auto if g == "auto" else int(g) for g in args.gammas.split(",")})
+    workers = args.workers.split(",")
     methods: dict[str, str | None] = {"target": None}
+
+    def add(name: str, **options) -> None:  # one sequential method plus one per worker
+        register(f"bench-{name}-seq", PearlConfig(parallel=False, **options))
+        methods[f"{name}-seq"] = f"bench-{name}-seq"
+        for worker in workers:
+            register(f"bench-{name}@{worker}", PearlConfig(worker=worker, **options))
+            methods[f"{name}@{worker}"] = f"bench-{name}@{worker}"
+
     for g in gammas:
-        register(f"pearl-bench-{g}", PearlConfig(gamma=g))
-        register(f"pearl-bench-{g}-seq", PearlConfig(gamma=g, parallel=False))
-        methods[f"pearl-{g}"] = f"pearl-bench-{g}"
-        methods[f"pearl-{g}-seq"] = f"pearl-bench-{g}-seq"
-    if args.resync:
-        for g in gammas:
-            register(f"pearl-bench-{g}-resync", PearlConfig(gamma=g, resync_tokens=args.resync))
-            register(f"pearl-bench-{g}-resync-seq", PearlConfig(gamma=g, resync_tokens=args.resync, parallel=False))
-            methods[f"pearl-{g}-resync"] = f"pearl-bench-{g}-resync"
-            methods[f"pearl-{g}-resync-seq"] = f"pearl-bench-{g}-resync-seq"
+        add(f"pearl-{g}", gamma=g)
+        if args.resync:
+            add(f"pearl-{g}-resync", gamma=g, resync_tokens=args.resync)
     methods.update({f"sd-fixed-{g}": f"sd-fixed-{g}" for g in map(int, args.fixed.split(","))})
     if args.pacer_pearl:
         from pacer_hf import PacerPreVerifier
@@ -179,11 +183,7 @@ def main() -> None:
         pv = (pacer_hf.load_preverifier(args.pv) if args.pv else
               PacerPreVerifier.from_draft(draft, block_size=2, threshold=0.5, max_draft_tokens=2 * auto)).eval()
         pacer_hf.attach(draft, pv)
-        cap = max(auto, pv.config.max_draft_tokens)
-        register("pacer+pearl-bench", PearlConfig(gamma=cap, use_preverifier=True))
-        register("pacer+pearl-bench-seq", PearlConfig(gamma=cap, use_preverifier=True, parallel=False))
-        methods["pacer+pearl"] = "pacer+pearl-bench"
-        methods["pacer+pearl-seq"] = "pacer+pearl-bench-seq"
+        add("pacer+pearl", gamma=max(auto, pv.config.max_draft_tokens), use_preverifier=True)
 
     print(f"pair={args.pair} auto gamma={auto} threads={args.threads} | {uptime()}")
     cap_before = capacity(target, draft, auto)
@@ -208,10 +208,13 @@ def main() -> None:
         stats = [s for r in runs[name] for s in r["stats"] if s]
         if stats:
             summary[name]["tau"] = sum(s["new_tokens"] for s in stats) / sum(s["target_forwards"] for s in stats)
-        if name.endswith("-seq"):  # perfect-overlap model of the matching parallel method
-            modelled = [sum(s["new_tokens"] for s in r["stats"]) / sum(s["modelled_seconds"] for s in r["stats"])
-                        for r in runs[name]]
-            par = name.removesuffix("-seq")
+    for name in names:  # perfect-overlap model and real overlap of each parallel method vs its sequential twin
+        if not name.endswith("-seq"):
+            continue
+        modelled = [sum(s["new_tokens"] for s in r["stats"]) / sum(s["modelled_seconds"] for s in r["stats"])
+                    for r in runs[name]]
+        for worker in workers:
+            par = f"{name.removesuffix('-seq')}@{worker}"
             overlap = [s["seconds"] / p["seconds"] for p, s in zip(runs[par], runs[name])]
             par_stats = [s for r in runs[par] for s in r["stats"]]
             summary[par].update({
@@ -235,13 +238,13 @@ def main() -> None:
         "runs": runs,
     }
     args.out.write_text(json.dumps(result, indent=1))
-    print(f"\n{'method':<18}{'tok/s':>7}{'min':>7}{'max':>7}{'x tgt':>7}{'tau':>6}{'overlap':>9}{'modelled':>9}"
+    print(f"\n{'method':<26}{'tok/s':>7}{'min':>7}{'max':>7}{'x tgt':>7}{'tau':>6}{'overlap':>9}{'modelled':>9}"
           f"{'kept':>6}")
     for name in names:
         row = summary[name]
         extra = (f"{row['real_overlap_median']:9.2f}{row['modelled_tok_s']:9.1f}{row['jobs_kept_fraction']:6.2f}"
                  if "modelled_tok_s" in row else "")
-        print(f"{name:<18}{row['median_tok_s']:7.1f}{row['min']:7.1f}{row['max']:7.1f}"
+        print(f"{name:<26}{row['median_tok_s']:7.1f}{row['min']:7.1f}{row['max']:7.1f}"
               f"{row['median_tok_s'] / target_rate:7.2f}{row.get('tau', 1.0):6.2f}{extra}")
     print("\noverlap = sequential time / parallel time of the same generator (median over repeats); modelled = "
           "tok/s with perfect overlap, from the sequential runs' per-round timings")

@@ -4,16 +4,19 @@
     python examples/profile_round.py --target hub_cards/demo-target --draft hub_cards/demo-draft
     python examples/profile_round.py --pyinstrument       # also print a call-tree profile of pacer's loop
     python examples/profile_round.py --clock cpu --threads 1 --compile-draft
+    python examples/profile_round.py --loop lean         # pacer_hf rows through one verification loop only
 
 `--clock cpu` times with the thread's CPU clock (with one intra-op thread all work runs on this
 thread), which stays meaningful on a machine shared with other jobs; `wall` is what a user sees.
 
 "Overhead" is the round time minus the time inside draft forwards, the target forward and the
-pre-verifier: Python bookkeeping, logits processing, cache cropping, transformers' loop. The
+pre-verifier: Python bookkeeping, logits processing, cache cropping, the verification loop. The
 forwards are timed by wrapping `forward` on these model instances only (in this script). It is split
 into `drafting_overhead` (inside the candidate generator's `get_candidates`: the drafting loop's own
-bookkeeping; for hf-fixed, HF's per-round `assistant_model.generate()` setup) and `hf_loop_overhead`
-(everything outside it and outside the target forward: transformers' `_assisted_decoding`).
+bookkeeping; for hf-fixed, HF's per-round `assistant_model.generate()` setup) and `loop_overhead`
+(everything outside it and outside the target forward: the verification loop, i.e. transformers'
+`_assisted_decoding` for hf-fixed and `[transformers]` rows, pacer_hf's lean loop for `[lean]` rows,
+transformers' `_sample` for ar).
 """
 
 from __future__ import annotations
@@ -106,6 +109,8 @@ def main() -> None:
     parser.add_argument("--pyinstrument", action="store_true")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
     parser.add_argument("--compile-draft", action="store_true", help="also run sd-fixed with pacer_hf.compile_draft")
+    parser.add_argument("--loop", choices=["lean", "transformers", "both"], default="both",
+                        help="verification loop(s) of the pacer_hf rows (pacer_loop=); both: one row per loop")
     parser.add_argument("--out", help="write the table as JSON here")
     args = parser.parse_args()
     global clock
@@ -124,9 +129,7 @@ def main() -> None:
     pv = PacerPreVerifier.from_draft(draft, block_size=args.gamma, threshold=0.0, max_draft_tokens=args.gamma)
     pv_timer = ForwardTimer(pv)  # on the chosen clock (stats.preverifier_seconds is always wall time)
     prompt = torch.randint(0, target.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(1))
-    strategies = {
-        "ar": {},
-        f"hf-fixed-{args.gamma}": {"assistant_model": draft},
+    pacer_rows = {
         f"sd-fixed-{args.gamma}": {"assistant_model": draft, "pacer": f"sd-fixed-{args.gamma}"},
         f"pacer (τ=0, b={args.gamma})": {"assistant_model": draft, "pacer": pv},
     }
@@ -146,7 +149,11 @@ def main() -> None:
                 compiled_timer.calls += 1
 
         compiled.__dict__["_pacer_decode_step"] = timed_step
-        strategies[f"sd-fixed-{args.gamma} compiled"] = {"assistant_model": compiled, "pacer": f"sd-fixed-{args.gamma}"}
+        pacer_rows[f"sd-fixed-{args.gamma} compiled"] = {"assistant_model": compiled, "pacer": f"sd-fixed-{args.gamma}"}
+    loops = ["lean", "transformers"] if args.loop == "both" else [args.loop]
+    strategies = {"ar": {}, f"hf-fixed-{args.gamma}": {"assistant_model": draft}}
+    strategies.update({f"{name} [{loop}]": {**kwargs, "pacer_loop": loop}
+                       for name, kwargs in pacer_rows.items() for loop in loops})
     samples: dict[str, list[dict]] = {name: [] for name in strategies}
     drafting = DraftingTimer()
     for repeat in range(args.repeats + 1):  # the first pass is warm-up
@@ -171,20 +178,21 @@ def main() -> None:
                     "target_ms": 1e3 * target_timer.seconds / rounds,
                     "preverifier_ms": 1e3 * pv_seconds / rounds,
                     "overhead_ms": 1e3 * (total - timer.seconds - target_timer.seconds - pv_seconds) / rounds,
-                    # of which: inside get_candidates (drafting loop) / outside it (transformers' loop)
+                    # of which: inside get_candidates (drafting loop) / outside it (the verification loop)
                     "drafting_overhead_ms": 1e3 * (drafting.seconds - timer.seconds - pv_seconds) / rounds
                     if kwargs else 0.0,
-                    "hf_loop_overhead_ms": 1e3 * (total - drafting.seconds - target_timer.seconds) / rounds,
+                    "loop_overhead_ms": 1e3 * (total - drafting.seconds - target_timer.seconds) / rounds,
                 })
     drafting.close()
     table = {name: {key: statistics.median(s[key] for s in rows) for key in rows[0]} for name, rows in samples.items()}
     print(f"clock={args.clock} threads={args.threads} gamma={args.gamma} max_new_tokens={args.max_new_tokens} repeats={args.repeats} "
           f"(medians)")
     columns = list(next(iter(table.values())))
-    short = {"draft_forwards_per_round": "draft_fw/round"}
-    print(f"{'strategy':<26}" + "".join(f"{short.get(c, c.removesuffix('_ms')):>17}" for c in columns))
+    short = {"draft_forwards_per_round": "draft_fw/round", "drafting_overhead_ms": "of it: drafting",
+             "loop_overhead_ms": "of it: loop"}
+    print(f"{'strategy':<36}" + "".join(f"{short.get(c, c.removesuffix('_ms')):>17}" for c in columns))
     for name, row in table.items():
-        print(f"{name:<26}" + "".join(f"{row[c]:>17.3f}" for c in columns))
+        print(f"{name:<36}" + "".join(f"{row[c]:>17.3f}" for c in columns))
     if args.out:
         with open(args.out, "w") as handle:
             json.dump({"args": vars(args), "medians": table}, handle, indent=2)
@@ -194,7 +202,7 @@ def main() -> None:
         profiler = Profiler(interval=0.0005)
         with profiler:
             target.generate(prompt, max_new_tokens=args.max_new_tokens, do_sample=False,
-                            **strategies[f"sd-fixed-{args.gamma}"])
+                            **strategies[f"sd-fixed-{args.gamma} [{loops[0]}]"])
         print(profiler.output_text(unicode=False, color=False, show_all=False))
 
 

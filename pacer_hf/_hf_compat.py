@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import inspect
 
+import torch
 import transformers
 from packaging.version import Version
-from transformers import DynamicCache, GenerationMixin
+from transformers import DynamicCache, GenerationConfig, GenerationMixin
 from transformers.generation.candidate_generator import AssistedCandidateGenerator, CandidateGenerator
+from transformers.generation.utils import _speculative_sampling
 
 SUPPORTED_RANGE = (Version("5.23.0"), Version("5.24.0"))
+_EXPECTED_SAMPLING_PARAMS = [
+    "candidate_input_ids",
+    "candidate_logits",
+    "candidate_length",
+    "new_logits",
+    "assistant_ensemble_weight",
+]
 _EXPECTED_FACTORY_PARAMS = [
     "self",
     "generation_config",
@@ -33,6 +42,8 @@ __all__ = [
     "check_supported",
     "crop_cache",
     "default_candidate_generator",
+    "eos_tensor",
+    "speculative_sampling",
 ]
 
 
@@ -51,6 +62,12 @@ def check_supported() -> None:
             f"transformers {transformers.__version__}: GenerationMixin._get_candidate_generator has parameters "
             f"{params}, expected {_EXPECTED_FACTORY_PARAMS}; this build is not supported by pacer_hf."
         )
+    params = list(inspect.signature(_speculative_sampling).parameters)
+    if params != _EXPECTED_SAMPLING_PARAMS:
+        raise RuntimeError(
+            f"transformers {transformers.__version__}: _speculative_sampling has parameters {params}, expected "
+            f"{_EXPECTED_SAMPLING_PARAMS}; this build is not supported by pacer_hf."
+        )
 
 
 def default_candidate_generator(model, *args, **kwargs) -> CandidateGenerator:
@@ -58,8 +75,38 @@ def default_candidate_generator(model, *args, **kwargs) -> CandidateGenerator:
     return GenerationMixin._get_candidate_generator(model, *args, **kwargs)
 
 
-def crop_cache(cache: DynamicCache, length: int) -> None:
-    """Keep the first `length` positions of `cache` (5.23's `crop` takes the count to remove, negated)."""
+def speculative_sampling(
+    candidate_input_ids: torch.LongTensor,
+    candidate_logits: torch.Tensor,
+    candidate_length: int,
+    new_logits: torch.Tensor,
+    assistant_ensemble_weight: float | None = None,
+) -> tuple[torch.LongTensor, torch.Tensor]:
+    """transformers' speculative sampling (Algorithm 1 of arXiv 2211.17192): (valid tokens, matches).
+
+    The lean loop uses transformers' own function, so its accept/reject draws are those of
+    `_assisted_decoding`, draw for draw.
+    """
+    return _speculative_sampling(
+        candidate_input_ids,
+        candidate_logits,
+        candidate_length,
+        new_logits,
+        assistant_ensemble_weight=assistant_ensemble_weight,
+    )
+
+
+def eos_tensor(generation_config: GenerationConfig) -> torch.Tensor | None:
+    """The EOS ids `generate` prepared (`_prepare_special_tokens`), the tensor its stopping criteria use."""
+    return getattr(generation_config, "_eos_token_tensor", None)
+
+
+def crop_cache(cache: DynamicCache, length: int, shrink: bool = False) -> None:
+    """Keep the first `length` positions of `cache` (5.23's `crop` takes the count to remove, negated).
+
+    `shrink` calls `crop` even when nothing is removed, as `_assisted_decoding` does for the target:
+    sliding-window and linear-attention layers that record their past then drop back to their working size.
+    """
     excess = cache.get_seq_length() - length
-    if excess > 0:
-        cache.crop(-excess)
+    if excess > 0 or shrink:
+        cache.crop(-max(excess, 0))

@@ -188,8 +188,9 @@ class PacerCandidateGenerator(AssistedCandidateGenerator):
                     self.cache = out.past_key_values
                     raw = out.logits[:, -1, :]
                 scores = self.processors(ids[:, : cur_len + n - 1], raw) if self.processors else raw
-                if self.do_sample:
-                    token = torch.multinomial(torch.softmax(scores.float(), dim=-1), 1, generator=generator)
+                if self.do_sample:  # float32, so the q the verifier recomputes is the one sampled from
+                    scores = scores.float()
+                    token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)
                 else:
                     token = scores.argmax(dim=-1, keepdim=True)
                 ids[:, cur_len + n - 1] = token[:, 0]

@@ -2,11 +2,14 @@
 
 `enable` binds two methods on the instance only (no global patching): `generate`, which resolves
 and validates `pacer=` before any work and records stats, and `_get_candidate_generator`, which
-hands transformers' assisted-decoding loop our candidate generator for that call.
+hands the verification loop our candidate generator for that call. The loop is pacer_hf's lean one
+(`lean_loop.py`, passed to transformers' `generate` as `custom_generate`) unless
+`pacer_loop="transformers"` asks for transformers' own `_assisted_decoding`.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import types
@@ -19,12 +22,15 @@ from transformers import PreTrainedModel
 
 from . import _hf_compat
 from .candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
+from .lean_loop import lean_assisted_decoding
 from .modeling_pacer import PacerPreVerifier, draft_signature
 from .stats import PacerStats
 
 PacerArg = bool | str | PacerPreVerifier | None
 _FIXED = re.compile(r"sd-fixed-(\d+)")
 _MISSING = object()
+# pacer_loop=: pacer_hf's lean verification loop (lean_loop.py), or transformers' _assisted_decoding.
+LOOPS = ("lean", "transformers")
 
 
 @dataclass
@@ -94,11 +100,28 @@ def last_stats(model: PreTrainedModel) -> PacerStats | None:
 
 def _generate(self: PreTrainedModel, *args, **kwargs):
     pacer = kwargs.pop("pacer", _MISSING)
+    loop = kwargs.pop("pacer_loop", "lean")
+    if loop not in LOOPS:
+        raise ValueError(f"pacer_loop={loop!r}: choose one of {LOOPS} (default 'lean').")
     if pacer is _MISSING:
         pacer = getattr(kwargs.get("generation_config") or self.generation_config, "pacer", None)
     if pacer is None or pacer is False:
         return self._pacer_plain_generate(*args, **kwargs)
+    if kwargs.get("custom_generate") is not None:
+        raise ValueError(
+            "pacer= runs its own decoding loop and cannot be combined with custom_generate=; pass one of them "
+            "(pacer=None for your custom_generate)."
+        )
+    if loop == "lean" and kwargs.get("synced_gpus"):
+        raise ValueError(
+            "pacer_hf's lean verification loop does not support synced_gpus; pass pacer_loop='transformers'."
+        )
     call = _resolve(self, pacer, args, kwargs)
+    call.stats.loop = loop
+    if loop == "lean":  # transformers gives a custom_generate callable neither the draft nor the streamer
+        kwargs["custom_generate"] = functools.partial(
+            lean_assisted_decoding, assistant_model=kwargs["assistant_model"], streamer=kwargs.get("streamer")
+        )
     self._pacer_call = call
     start = time.perf_counter()
     try:

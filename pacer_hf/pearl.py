@@ -8,8 +8,11 @@ verifier; only the candidate generator changes. Each `get_candidates` call:
    candidate of the last round was accepted *and* the job's first token equals HF's bonus token.
    The job's remaining tokens become this round's candidates ("post-verify"); otherwise there are
    none and the target forwards a single token ("pre-verify") while the draft drafts ahead;
-3. launches the next job from the optimistic prefix (input + candidates) on a worker thread, so it
+3. launches the next job from the optimistic prefix (input + candidates) on the draft worker, so it
    overlaps the target forward that HF runs next, and returns.
+
+The worker is a forked process on a CPU (its own interpreter: a thread cannot overlap small-model
+decode steps, which are GIL-bound Python dispatch) and a thread with a side CUDA stream on a GPU.
 
 Why it stays exact: greedy candidates are only ever accepted by HF's argmax match. Under sampling the
 draft samples from its processed distribution q with its own per-job-seeded `torch.Generator` (the
@@ -21,10 +24,12 @@ See docs/PEARL.md for the concurrency model and measurements.
 
 from __future__ import annotations
 
+import multiprocessing
 import queue
 import sys
 import threading
 import time
+import traceback
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -32,13 +37,12 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
-from ._hf_compat import crop_cache
 from .candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
 from .generation import STRATEGIES, StrategyCall, _check_preverifier, _generation_value
 from .stats import PacerStats
 from .timing import cached_forward_timer
 
-__all__ = ["PearlCandidateGenerator", "PearlConfig", "PearlStats", "measure_gamma", "register"]
+__all__ = ["PearlCandidateGenerator", "PearlConfig", "PearlStats", "measure_gamma", "register", "worker_mode"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,9 @@ class PearlConfig:
     gamma: int | None = None
     max_gamma: int = 8
     parallel: bool = True
+    # "process": a forked worker process (CPU, Linux/macOS); "thread": a worker thread (+ side CUDA stream on
+    # a GPU); "auto": process for a CPU draft where fork exists and draft_threads == 1, else thread.
+    worker: str = "auto"
     draft_threads: int = 1  # intra-op threads of the draft worker (CPU); the target keeps the caller's
     use_preverifier: bool = False  # "pacer+pearl": the attached Pacer pre-verifier may end a job early
     timeout_s: float = 120.0  # a job taking longer than this is reported as a hang, never waited on forever
@@ -62,6 +69,14 @@ class PearlConfig:
         if self.max_gamma < 2 or self.draft_threads < 1 or self.timeout_s <= 0 or self.resync_tokens < 0:
             raise ValueError("PearlConfig: max_gamma >= 2, draft_threads >= 1, timeout_s > 0 and resync_tokens >= 0 "
                              "are required.")
+        if self.worker not in ("auto", "process", "thread"):
+            raise ValueError(f"PearlConfig.worker must be 'auto', 'process' or 'thread'; got {self.worker!r}.")
+        if self.worker == "process" and self.draft_threads != 1:
+            raise ValueError("PearlConfig: worker='process' drafts with one intra-op thread (OpenMP is not fork-safe "
+                             "with more); use worker='thread' for draft_threads > 1.")
+        if self.worker == "process" and "fork" not in multiprocessing.get_all_start_methods():
+            raise ValueError("PearlConfig: worker='process' needs the 'fork' start method, which this platform "
+                             "lacks; use worker='thread'.")
 
 
 @dataclass
@@ -74,12 +89,14 @@ class PearlStats(PacerStats):
 
     gamma: int = 0
     parallel: bool = True
+    worker: str = ""  # "process", "thread" or "sequential"
     jobs: int = 0
     jobs_kept: int = 0
     jobs_cancelled: int = 0
     draft_tokens_wasted: int = 0
     wait_seconds: float = 0.0
     resync_seconds: float = 0.0
+    worker_start_seconds: float = 0.0  # starting the worker (fork for the process worker), once per call
     job_seconds: list[float] = field(default_factory=list)
     target_seconds: list[float] = field(default_factory=list)
 
@@ -98,16 +115,32 @@ class PearlStats(PacerStats):
 
 _JOIN_TIMEOUT_S = 5.0
 _RESYNC_SEED_OFFSET = 1 << 40  # resync drafts use their own seed stream, disjoint from the jobs'
+_WORKER_NAME = "pacer-hf-pearl-draft"
+_CUT, _EXPECT_JOB, _EXPECT_TOKEN = 0, 1, 2  # slots of the process worker's shared control array
+
+
+def worker_mode(config: PearlConfig, draft: PreTrainedModel) -> str:
+    """Where the draft-ahead jobs run: "sequential", "thread" or "process" (see PearlConfig.worker)."""
+    if not config.parallel:
+        return "sequential"
+    on_cpu = draft.device.type == "cpu"
+    if config.worker == "process" and not on_cpu:
+        raise ValueError(f"PearlConfig(worker='process') drafts on a CPU; this draft is on {draft.device}. Use "
+                         "worker='thread' (a side CUDA stream) or worker='auto'.")
+    if config.worker != "auto":
+        return config.worker
+    forkable = "fork" in multiprocessing.get_all_start_methods()
+    return "process" if on_cpu and forkable and config.draft_threads == 1 else "thread"
 
 
 class _Job:
     """One draft-ahead request: draft up to `budget` tokens after `seq` (the optimistic prefix)."""
 
-    __slots__ = ("seq", "budget", "seed", "tokens", "scores", "done", "error", "cancelled", "cut", "expected_first",
-                 "seconds", "ready", "waited")
+    __slots__ = ("id", "seq", "budget", "seed", "tokens", "scores", "done", "error", "cancelled", "cut",
+                 "expected_first", "seconds", "ready", "waited")
 
-    def __init__(self, seq: torch.Tensor, budget: int, seed: int):
-        self.seq, self.budget, self.seed = seq, budget, seed
+    def __init__(self, job_id: int, seq: torch.Tensor, budget: int, seed: int):
+        self.id, self.seq, self.budget, self.seed = job_id, seq, budget, seed
         self.tokens: list[int] = []
         self.scores: list[torch.Tensor] = []
         self.done = threading.Event()
@@ -120,35 +153,48 @@ class _Job:
         self.ready = None  # CUDA event: `seq` is ready on the caller's stream
 
 
-class PearlCandidateGenerator(PacerCandidateGenerator):
-    """Draft-ahead candidate generator; a worker thread owns the draft (its cache, buffer, RNG) while a job runs.
+class _WorkerError(Exception):
+    """An exception raised in the worker process, carried back as text (type name, message, traceback)."""
 
-    Ownership rule: the caller's thread touches `self.cache`/`self.ids` only when no job is in flight.
+    def __init__(self, type_name: str, message: str, trace: str):
+        super().__init__(f"{message}\n\nDraft worker traceback:\n{trace}")
+        self.type_name = type_name
+
+
+class PearlCandidateGenerator(PacerCandidateGenerator):
+    """Draft-ahead candidate generator; the draft worker owns the draft (cache, buffer, RNG) while a job runs.
+
+    Ownership rule: with a worker thread the caller touches `self.cache`/`self.ids` only when no job is
+    in flight; with a worker process the caller never drafts (the forked child owns the only live cache).
     """
 
-    def __init__(self, *args, config: PearlConfig, gamma: int, stats: PearlStats,
+    def __init__(self, *args, config: PearlConfig, mode: str, gamma: int, stats: PearlStats,
                  stopping_criteria: PacerStoppingCriteria | None = None, seed: int = 0, **kwargs):
         super().__init__(*args, max_draft_tokens=gamma, stats=stats, stopping_criteria=stopping_criteria, **kwargs)
-        self.config = config
-        self.gamma = gamma
+        self.config, self.mode, self.gamma, self.seed = config, mode, gamma, seed
         self.job: _Job | None = None
+        self.jobs_made = 0
         self.pending = 0  # candidates sent in the current round
         self.round = 0
-        self.seed = seed
         self.rng = torch.Generator(device=self.draft.device) if self.do_sample else None
         self.sent_at = 0.0
+        self.launched: list[_Job | None] = []  # the job launched in each round (None: none launched)
+        self.inference_mode = torch.is_inference_mode_enabled()
+        # thread worker
         self.worker: threading.Thread | None = None
         self.requests: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self.cuda = self.draft.device.type == "cuda" and torch.cuda.is_available()
-        self.stream = torch.cuda.Stream(device=self.draft.device) if (self.cuda and config.parallel) else None
+        cuda = self.draft.device.type == "cuda" and torch.cuda.is_available()
+        self.stream = torch.cuda.Stream(device=self.draft.device) if (cuda and mode == "thread") else None
         self.main_stream = torch.cuda.current_stream(self.draft.device) if self.stream is not None else None
-        self.launched: list[_Job | None] = []  # the job launched in each round (None: none launched)
         self.old_switch_interval: float | None = None
+        # process worker: a pipe for requests/replies, shared memory for the sequence, scores and cancellation
+        self.process = None
+        self.conn = None
+        self.control = None
 
     # ----------------------------------------------------------------- caller's thread
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
-        cur_len = input_ids.shape[1]
         self.stats.target_forwards += 1
         job, self.job = self.job, None
         pending, scores = None, None
@@ -160,8 +206,6 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
                 scores = torch.stack(job.scores[1:], dim=1) if self.do_sample else None
             else:
                 self.stats.draft_tokens_wasted += len(job.tokens)
-                if self.cache is not None:  # roll the draft back to the accepted prefix (worker is idle)
-                    crop_cache(self.cache, min(self.cache.get_seq_length(), cur_len - 1))
                 pending, scores = self._resync(input_ids)
         candidates = input_ids if pending is None else torch.cat([input_ids, pending], dim=1)
         self.pending = 0 if pending is None else pending.shape[1]
@@ -169,7 +213,7 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
         budget = min(self.gamma, self.main_model_max_length - candidates.shape[1] - 1)
         launched = None
         if budget >= 2:  # a job of one token could only be pre-verified, never sent
-            launched = _Job(candidates.clone(), budget, self.seed + self.round)
+            launched = self._new_job(candidates.clone(), budget, self.seed + self.round)
             self._launch(launched)
         self.launched.append(launched)
         self.round += 1
@@ -177,7 +221,7 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
         return candidates, scores
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
-        """Record the round; cancel the in-flight job early when it can no longer be kept."""
+        """Record the round; tell the in-flight job as early as possible whether it can still be kept."""
         self.stats.target_seconds.append(time.perf_counter() - self.sent_at)
         matches = int(num_matches)
         self.stats.accepted.append(matches)
@@ -185,21 +229,34 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
         if job is None:
             return
         if matches < self.pending:
-            job.cancelled = True
-        else:
-            target_token = int(input_ids[0, -1])
-            job.expected_first = target_token
-            if job.tokens and job.tokens[0] != target_token:
-                job.cancelled = True
+            self._cancel(job)
+        else:  # the job is kept only if its first token is the target's: the worker stops at a mismatch
+            job.expected_first = int(input_ids[0, -1])
+            if self.control is not None:
+                self.control[_EXPECT_TOKEN] = job.expected_first
+                self.control[_EXPECT_JOB] = job.id  # written last: the worker reads the job id first
+
+    def _new_job(self, seq: torch.Tensor, budget: int, seed: int) -> _Job:
+        self.jobs_made += 1
+        return _Job(self.jobs_made, seq, budget, seed)
+
+    def _cancel(self, job: _Job) -> None:
+        job.cancelled = True
+        if self.control is not None:
+            self.control[_CUT] = job.id
 
     def _resync(self, input_ids: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """After a miss, optionally draft `resync_tokens` now (serially) so the round still verifies candidates."""
         budget = min(self.config.resync_tokens, self.main_model_max_length - input_ids.shape[1] - 1)
         if budget < 1:
             return None, None
-        job = _Job(input_ids.clone(), budget, self.seed + _RESYNC_SEED_OFFSET + self.round)
+        job = self._new_job(input_ids.clone(), budget, self.seed + _RESYNC_SEED_OFFSET + self.round)
         start = time.perf_counter()
-        self._draft(job)  # the worker is idle: the caller's thread may use the draft
+        if self.mode == "process":  # only the worker holds a live draft cache
+            self._submit(job)
+            self._wait(job, count_wait=False)
+        else:
+            self._draft(job)  # the worker is idle: the caller's thread may use the draft
         self.stats.resync_seconds += time.perf_counter() - start
         pending = torch.tensor([job.tokens], dtype=input_ids.dtype, device=input_ids.device)
         return pending, torch.stack(job.scores, dim=1) if self.do_sample else None
@@ -215,29 +272,32 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
 
     def _launch(self, job: _Job) -> None:
         self.stats.jobs += 1
-        if not self.config.parallel:  # same job, run in the caller's thread before the target forward
+        self.job = job
+        if self.mode == "sequential":  # same job, run in the caller's thread before the target forward
             self._run(job)
-            self.job = job
             if job.error is not None:
                 self._wait(job)
-            return
-        if self.worker is None:
-            self._start_worker()
-        if self.stream is not None:  # CUDA: the side stream starts once `seq` is ready on the caller's stream
-            job.ready = torch.cuda.Event()
-            job.ready.record(self.main_stream)
-            job.seq.record_stream(self.stream)
-        self.job = job
-        self.requests.put(job)
+        elif self.mode == "process":
+            self._submit(job)
+        else:
+            if self.worker is None:
+                self._start_thread()
+            if self.stream is not None:  # CUDA: the side stream starts once `seq` is ready on the caller's stream
+                job.ready = torch.cuda.Event()
+                job.ready.record(self.main_stream)
+                job.seq.record_stream(self.stream)
+            self.requests.put(job)
 
-    def _wait(self, job: _Job) -> None:
+    def _wait(self, job: _Job, count_wait: bool = True) -> None:
         start = time.perf_counter()
         deadline = start + self.config.timeout_s
-        while not job.done.wait(0.05):
+        while not self._finished(job):
             if self.worker is not None and not self.worker.is_alive():
                 raise RuntimeError("PEARL draft worker thread died without reporting an error.")
+            if self.process is not None and not self.process.is_alive():
+                self._process_died()
             if time.perf_counter() > deadline:
-                job.cancelled = True
+                self._cancel(job)
                 raise TimeoutError(
                     f"PEARL draft job did not finish within timeout_s={self.config.timeout_s}s; "
                     "raise PearlConfig.timeout_s for very slow drafts."
@@ -245,26 +305,73 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
         if job.waited:
             return
         job.waited = True
-        self.stats.wait_seconds += time.perf_counter() - start
+        if count_wait:
+            self.stats.wait_seconds += time.perf_counter() - start
         if job.error is not None:
-            raise RuntimeError(f"PEARL draft worker failed: {type(job.error).__name__}: {job.error}") from job.error
+            name = getattr(job.error, "type_name", type(job.error).__name__)
+            raise RuntimeError(f"PEARL draft worker failed: {name}: {job.error}") from job.error
         if job.cut:
             self.stats.jobs_cancelled += 1
 
-    def _start_worker(self) -> None:
+    def _finished(self, job: _Job) -> bool:
+        if self.process is None or job.done.is_set():
+            return job.done.wait(0.05)
+        if not self.conn.poll(0.05):
+            return False
+        try:
+            reply = self.conn.recv()
+        except (EOFError, OSError):  # the pipe closed: the worker is gone
+            self.process.join(timeout=1.0)
+            self._process_died()
+        job_id, job.tokens, job.cut, job.seconds, forwards, preverifier_seconds, error = reply
+        if job_id != job.id:
+            raise RuntimeError(f"PEARL internal error: reply for job {job_id} while waiting for job {job.id}.")
+        if self.do_sample and job.tokens:
+            job.scores = list(self.shared_scores[: len(job.tokens)].clone()[:, None])
+        job.error = None if error is None else _WorkerError(*error)
+        self.stats.draft_forwards += forwards
+        self.stats.preverifier_seconds += preverifier_seconds
+        job.done.set()
+        return True
+
+    def _process_died(self) -> None:
+        raise RuntimeError(f"PEARL draft worker process died (exit code {self.process.exitcode}) without reporting "
+                           "an error (killed, or out of memory?).")
+
+    def _start_thread(self) -> None:
+        start = time.perf_counter()
         if self.config.switch_interval_s is not None:
             self.old_switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(self.config.switch_interval_s)
-        # Autograd modes are thread-local: the worker must draft in the caller's mode, or tensors made
-        # under the caller's torch.inference_mode() cannot be updated by the worker.
-        self.inference_mode = torch.is_inference_mode_enabled()
-        self.worker = threading.Thread(target=self._serve, name="pacer-hf-pearl-draft", daemon=True)
+        self.worker = threading.Thread(target=self._serve_thread, name=_WORKER_NAME, daemon=True)
         self.worker.start()
+        self.stats.worker_start_seconds += time.perf_counter() - start
+
+    def _submit(self, job: _Job) -> None:
+        """Process worker: the sequence goes through shared memory, the request through the pipe."""
+        if self.process is None:
+            self._start_process()
+        self.shared_seq[:, : job.seq.shape[1]] = job.seq
+        self.conn.send((job.id, job.seq.shape[1], job.budget, job.seed))
+
+    def _start_process(self) -> None:
+        start = time.perf_counter()
+        context = multiprocessing.get_context("fork")  # the child starts with the draft already in memory
+        self.control = context.RawArray("q", 3)
+        self.shared_seq = torch.zeros((1, self.main_model_max_length), dtype=torch.long).share_memory_()
+        slots = max(self.gamma, self.config.resync_tokens)
+        vocab = self.lm_head.weight.shape[0]
+        self.shared_scores = torch.zeros((slots, vocab)).share_memory_() if self.do_sample else None
+        self.conn, child_end = context.Pipe()
+        self.process = context.Process(target=self._serve_process, args=(child_end,), name=_WORKER_NAME, daemon=True)
+        self.process.start()
+        child_end.close()
+        self.stats.worker_start_seconds += time.perf_counter() - start
 
     def close(self) -> None:
         """Stop and join the worker (runs when generate returns or raises)."""
         if self.job is not None:
-            self.job.cancelled = True
+            self._cancel(self.job)
         worker, self.worker = self.worker, None
         if worker is not None:
             self.requests.put(None)
@@ -275,18 +382,56 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
         if self.old_switch_interval is not None:
             sys.setswitchinterval(self.old_switch_interval)
             self.old_switch_interval = None
+        process, self.process = self.process, None
+        if process is not None:
+            try:
+                self.conn.send(None)
+            except OSError:  # the worker is already gone
+                pass
+            process.join(timeout=_JOIN_TIMEOUT_S)
+            if process.is_alive():  # stuck in a draft forward: it holds nothing the caller needs
+                process.kill()
+                process.join(timeout=_JOIN_TIMEOUT_S)
+            self.conn.close()
         self.job = None
         self.cache = None
         self.stats.job_seconds.extend(job.seconds if job is not None and job.done.is_set() else 0.0
                                       for job in self.launched)
         self.launched.clear()
 
-    # ----------------------------------------------------------------- worker thread
-    def _serve(self) -> None:
+    # ----------------------------------------------------------------- worker thread / worker process
+    def _serve_thread(self) -> None:
         torch.set_num_threads(self.config.draft_threads)  # per-thread on OpenMP builds: the caller keeps its own
+        # Autograd modes are thread-local: the worker must draft in the caller's mode, or tensors made
+        # under the caller's torch.inference_mode() cannot be updated by the worker.
         with torch.inference_mode(self.inference_mode):
             while (job := self.requests.get()) is not None:
                 self._run(job)
+
+    def _serve_process(self, conn) -> None:
+        """The forked worker's loop: it owns copies of the draft, its cache, the buffers and the RNG."""
+        self.conn.close()  # the caller's end: without this, the worker would never see the caller go away
+        torch.set_num_threads(1)
+        with torch.inference_mode(self.inference_mode):
+            while True:
+                try:
+                    request = conn.recv()
+                except (EOFError, OSError):
+                    return
+                if request is None:
+                    return
+                job_id, length, budget, seed = request
+                job = _Job(job_id, self.shared_seq[:, :length], budget, seed)
+                forwards, preverifier_seconds = self.stats.draft_forwards, self.stats.preverifier_seconds
+                self._run(job)
+                error = None
+                if job.error is not None:
+                    trace = "".join(traceback.format_exception(job.error))
+                    error = (type(job.error).__name__, str(job.error), trace)
+                for slot, scores in enumerate(job.scores if self.do_sample else []):
+                    self.shared_scores[slot] = scores[0]
+                conn.send((job_id, job.tokens, job.cut, job.seconds, self.stats.draft_forwards - forwards,
+                           self.stats.preverifier_seconds - preverifier_seconds, error))
 
     def _run(self, job: _Job) -> None:
         start = time.perf_counter()
@@ -300,7 +445,7 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
                 self.stream.synchronize()
             else:
                 self._draft(job)
-        except BaseException as error:  # noqa: BLE001 - reported to the caller's thread by _wait
+        except BaseException as error:  # noqa: BLE001 - reported to the caller by _wait
             job.error = error
         finally:
             job.seconds = time.perf_counter() - start
@@ -308,18 +453,25 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
 
     @torch.no_grad()
     def _draft(self, job: _Job) -> None:
-        """Draft up to `job.budget` tokens after `job.seq` with the shared drafting loop (off-thread)."""
+        """Draft up to `job.budget` tokens after `job.seq` with the shared drafting loop (in the worker)."""
         if self.rng is not None:
             self.rng.manual_seed(job.seed)
-        if job.cancelled:
-            job.cut = True
-            return
+        first: list[int] = []
 
         def interrupt(n: int, token: int) -> bool:
-            if job.cancelled or (n == 1 and job.expected_first is not None and token != job.expected_first):
+            if n == 1:
+                first.append(token)
+            if self.control is not None:  # process worker: the caller's decisions arrive through shared memory
+                if self.control[_CUT] >= job.id:
+                    job.cancelled = True
+                if self.control[_EXPECT_JOB] == job.id:
+                    job.expected_first = self.control[_EXPECT_TOKEN]
+            if job.cancelled or (first and job.expected_first is not None and first[0] != job.expected_first):
                 job.cancelled = job.cut = True
             return job.cut
 
+        if interrupt(0, -1):
+            return
         n, processed = super()._draft(job.seq, job.budget, generator=self.rng, interrupt=interrupt)
         kept = max(1, n) if processed else 0  # the first token is always kept: it is what pre-verify checks
         seq_len = job.seq.shape[1]
@@ -376,16 +528,17 @@ def _builder(name: str, config: PearlConfig):
             gamma = gamma or max(2, preverifier.config.max_draft_tokens)
         else:
             stats = PearlStats(strategy=name)
+        mode = worker_mode(config, draft)
         gamma = gamma or measure_gamma(model, draft, config.max_gamma)
-        stats.gamma, stats.parallel = gamma, config.parallel
+        stats.gamma, stats.parallel, stats.worker = gamma, config.parallel, mode
         # The draft's sampling seed comes from the global RNG once, in the caller's thread: reproducible
         # under torch.manual_seed, and the worker never touches the global generator.
         seed = int(torch.randint(0, 2**62, (1,)).item()) if do_sample else 0
         generators: list[PearlCandidateGenerator] = []
 
         def make(**generator_kwargs) -> PearlCandidateGenerator:
-            generator = PearlCandidateGenerator(**generator_kwargs, config=config, gamma=gamma, stats=stats,
-                                                stopping_criteria=stop, seed=seed)
+            generator = PearlCandidateGenerator(**generator_kwargs, config=config, mode=mode, gamma=gamma,
+                                                stats=stats, stopping_criteria=stop, seed=seed)
             generators.append(generator)
             return generator
 
@@ -405,5 +558,6 @@ def register(name: str, config: PearlConfig) -> None:
 
 register("pearl", PearlConfig())
 register("pearl-sequential", PearlConfig(parallel=False))
+register("pearl-thread", PearlConfig(worker="thread"))
 register("pacer+pearl", PearlConfig(use_preverifier=True))
 register("pearl-resync", PearlConfig(resync_tokens=2))  # not in the paper: SD round instead of a 1-token round

@@ -10,7 +10,8 @@ class PacerStats:
     """Counters of one `generate` call through a pacer_hf strategy.
 
     `draft_lengths[i]` tokens were proposed in round i and the target accepted `accepted[i]` of them;
-    every round costs one target forward (the first one also reads the prompt).
+    every round costs one target forward (the first one also reads the prompt). `loop` is the
+    verification loop that ran: "lean" (pacer_hf's) or "transformers" (`_assisted_decoding`).
     """
 
     strategy: str
@@ -21,6 +22,7 @@ class PacerStats:
     new_tokens: int = 0
     preverifier_seconds: float = 0.0
     seconds: float = 0.0
+    loop: str = "lean"
 
     @property
     def tau(self) -> float:

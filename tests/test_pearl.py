@@ -1,10 +1,14 @@
-"""PEARL (pacer="pearl"): exact like every strategy (DESIGN §5), and its worker thread never leaks or hangs."""
+"""PEARL (pacer="pearl"): exact like every strategy (DESIGN §5); its worker (process or thread) never leaks or hangs."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import sys
 import threading
 import time
+import types
 
 import pytest
 import torch
@@ -24,7 +28,7 @@ from test_core_sampling import exact_distributions, goodness_of_fit, sample_coun
 
 import pacer_hf
 from pacer_hf.generation import STRATEGIES
-from pacer_hf.pearl import PearlConfig, measure_gamma, register
+from pacer_hf.pearl import PearlConfig, measure_gamma, register, worker_mode
 
 WORKER = "pacer-hf-pearl-draft"
 
@@ -38,6 +42,9 @@ def pearl_strategies():
             name = f"pearl-test-{gamma}-{'par' if parallel else 'seq'}"
             register(name, PearlConfig(gamma=gamma, parallel=parallel))
             names.append(name)
+    for gamma in (3, 5):  # the thread worker (what a CUDA draft uses) next to the default process worker on a CPU
+        register(f"pearl-test-{gamma}-thread", PearlConfig(gamma=gamma, worker="thread"))
+        names.append(f"pearl-test-{gamma}-thread")
     register("pacer+pearl-test", PearlConfig(use_preverifier=True))
     register("pearl-test-3-resync", PearlConfig(gamma=3, resync_tokens=2))
     register("pearl-test-5-resync-seq", PearlConfig(gamma=5, resync_tokens=1, parallel=False))
@@ -47,17 +54,16 @@ def pearl_strategies():
         del STRATEGIES[name]
 
 
-def workers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == WORKER]
+def workers() -> list:
+    """Live PEARL workers: threads of this process and child processes (active_children also reaps)."""
+    threads = [t for t in threading.enumerate() if t.name == WORKER]
+    return threads + [p for p in multiprocessing.active_children() if p.name == WORKER]
 
 
 @pytest.fixture(autouse=True)
 def no_leaked_worker():
     yield
-    deadline = time.monotonic() + 5
-    while workers() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not workers(), "a PEARL worker thread outlived generate"
+    assert not workers(), "a PEARL worker (thread or process) outlived generate"
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -67,7 +73,8 @@ def test_greedy_identical(pair, arch, kind):
     ids = prompt(seed=sum(map(ord, arch + kind)))
     expected = plain_greedy(target, ids, max_new_tokens=21)
     names = ["pearl", "pearl-resync", "pearl-test-3-resync", "pearl-test-5-resync-seq"]
-    for name in names + [f"pearl-test-{g}-{m}" for g in (2, 3, 5) for m in ("par", "seq")]:
+    modes = [f"pearl-test-{g}-{m}" for g in (2, 3, 5) for m in ("par", "seq")] + ["pearl-test-3-thread", "pearl-thread"]
+    for name in names + modes:
         out = target.generate(ids, max_new_tokens=21, do_sample=False, assistant_model=draft, pacer=name)
         assert torch.equal(out, expected), name
         stats = pacer_hf.last_stats(target)
@@ -87,13 +94,14 @@ def test_greedy_identical_float32_and_sequential_equivalence(pair, arch):
         ids = prompt(seed=seed)
         expected = plain_greedy(target, ids, max_new_tokens=24)
         rounds = {}
-        for mode in ("par", "seq"):
+        for mode, worker in (("par", "process"), ("seq", "sequential"), ("thread", "thread")):
             out = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=draft,
                                   pacer=f"pearl-test-3-{mode}")
             assert torch.equal(out, expected)
             stats = pacer_hf.last_stats(target)
+            assert stats.worker == worker
             rounds[mode] = (stats.draft_lengths, stats.accepted, stats.jobs_kept)
-        assert rounds["par"] == rounds["seq"], "concurrency must not change a single decision"
+        assert rounds["par"] == rounds["seq"] == rounds["thread"], "concurrency must not change a single decision"
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -104,7 +112,7 @@ def test_eos_inside_a_job(pair, arch, eos_position):
     free = plain_greedy(target, ids, max_new_tokens=12)
     eos = int(free[0, ids.shape[1] + eos_position])
     expected = plain_greedy(target, ids, max_new_tokens=12, eos_token_id=eos, pad_token_id=eos)
-    for name in ("pearl-test-5-par", "pearl-test-5-seq", "pearl-test-5-resync-seq"):
+    for name in ("pearl-test-5-par", "pearl-test-5-seq", "pearl-test-5-thread", "pearl-test-5-resync-seq"):
         out = target.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=draft, pacer=name,
                               eos_token_id=eos, pad_token_id=eos)
         assert torch.equal(out, expected)
@@ -127,7 +135,7 @@ def test_logits_processors_active(pair, arch):
     target, draft = pair(arch, "noisy")
     ids = prompt(seed=4)
     kwargs, expected = logits_processor_case(target, ids)
-    for name in ("pearl-test-3-par", "pearl-test-5-seq", "pearl-test-3-resync"):
+    for name in ("pearl-test-3-par", "pearl-test-5-seq", "pearl-test-3-thread", "pearl-test-3-resync"):
         out = target.generate(ids, do_sample=False, assistant_model=draft, pacer=name, **kwargs)
         assert torch.equal(out, expected)
 
@@ -163,7 +171,7 @@ def test_pacer_plus_pearl_needs_an_attached_preverifier(pair):
     kind=st.sampled_from(DRAFT_KINDS),
     tokens=st.lists(st.integers(0, 95), min_size=1, max_size=12),
     name=st.sampled_from([f"pearl-test-{g}-{m}" for g in (2, 3, 5) for m in ("par", "seq")]
-                         + ["pearl-test-3-resync", "pearl-test-5-resync-seq"]),
+                         + ["pearl-test-3-resync", "pearl-test-5-resync-seq", "pearl-test-3-thread"]),
     max_new_tokens=st.integers(1, 25),
 )
 def test_property_greedy_identical(pair, arch, kind, tokens, name, max_new_tokens):
@@ -174,7 +182,7 @@ def test_property_greedy_identical(pair, arch, kind, tokens, name, max_new_token
     assert torch.equal(out, expected)
 
 
-@pytest.mark.parametrize("name", ["pearl-test-3-par", "pearl-test-3-resync"])
+@pytest.mark.parametrize("name", ["pearl-test-3-par", "pearl-test-3-resync", "pearl-test-3-thread"])
 def test_sampling_matches_target_distribution(sampling_pair, name):  # noqa: F811
     target, draft = sampling_pair
     p1, p12 = exact_distributions(target)
@@ -185,15 +193,16 @@ def test_sampling_matches_target_distribution(sampling_pair, name):  # noqa: F81
 
 
 def test_sampling_is_reproducible_and_independent_of_concurrency(sampling_pair):  # noqa: F811
-    """The draft samples with its own per-job-seeded generator: parallel == sequential under one seed."""
+    """The draft samples with its own per-job-seeded generator: process == thread == sequential under one seed."""
     target, draft = sampling_pair
     outputs = {}
-    for mode in ("par", "seq"):
+    for mode in ("par", "seq", "thread"):
         torch.manual_seed(7)
         outputs[mode] = [target.generate(torch.tensor([[1, 7, 3, 3, 8]]), max_new_tokens=12, do_sample=True,
                                          temperature=0.9, top_k=0, assistant_model=draft,
                                          pacer=f"pearl-test-3-{mode}") for _ in range(6)]
     assert all(torch.equal(a, b) for a, b in zip(outputs["par"], outputs["seq"]))
+    assert all(torch.equal(a, b) for a, b in zip(outputs["thread"], outputs["seq"]))
 
 
 class _Failing(torch.nn.Module):
@@ -219,20 +228,46 @@ class _Failing(torch.nn.Module):
             return getattr(self.inner, name)
 
 
+@pytest.mark.parametrize("mode", ["par", "thread"])
 @pytest.mark.parametrize("after", [1, 4])
-def test_worker_error_surfaces_quickly(pair, after):
+def test_worker_error_surfaces_quickly(pair, after, mode):
     target, draft = pair("llama", "copy")
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match="PEARL draft worker failed.*exploded on purpose"):
+    with pytest.raises(RuntimeError, match="PEARL draft worker failed: RuntimeError: draft exploded on purpose"):
         target.generate(prompt(), max_new_tokens=30, do_sample=False, assistant_model=_Failing(draft, after),
+                        pacer=f"pearl-test-3-{mode}")
+    assert time.monotonic() - start < 5
+    assert not workers()
+
+
+class _Killed(_Failing):
+    """Its forward kills the process it runs in from call `after` on, unless that is the test process."""
+
+    def forward(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls >= self.after and os.getpid() != PARENT:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.inner(*args, **kwargs)
+
+
+PARENT = os.getpid()
+
+
+@pytest.mark.parametrize("after", [1, 3])
+def test_killed_worker_process_surfaces_quickly(pair, after):
+    target, draft = pair("llama", "copy")
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"worker process died \(exit code -9\)"):
+        target.generate(prompt(), max_new_tokens=30, do_sample=False, assistant_model=_Killed(draft, after),
                         pacer="pearl-test-3-par")
     assert time.monotonic() - start < 5
     assert not workers()
 
 
-def test_hung_worker_times_out(pair):
+@pytest.mark.parametrize("worker", ["process", "thread"])
+def test_hung_worker_times_out(pair, worker):
     target, draft = pair("llama", "copy")
-    register("pearl-test-timeout", PearlConfig(gamma=3, timeout_s=0.3))
+    register("pearl-test-timeout", PearlConfig(gamma=3, timeout_s=0.3, worker=worker))
     try:
         start = time.monotonic()
         with pytest.raises(TimeoutError, match="timeout_s"):
@@ -243,7 +278,8 @@ def test_hung_worker_times_out(pair):
         del STRATEGIES["pearl-test-timeout"]
 
 
-def test_no_worker_left_when_the_target_raises(pair):
+@pytest.mark.parametrize("mode", ["par", "thread"])
+def test_no_worker_left_when_the_target_raises(pair, mode):
     target, draft = pair("llama", "copy")
     calls = {"n": 0}
 
@@ -256,7 +292,7 @@ def test_no_worker_left_when_the_target_raises(pair):
     try:
         with pytest.raises(ValueError, match="target exploded"):
             target.generate(prompt(), max_new_tokens=30, do_sample=False, assistant_model=draft,
-                            pacer="pearl-test-5-par")
+                            pacer=f"pearl-test-5-{mode}")
     finally:
         handle.remove()
     assert not workers()
@@ -275,10 +311,23 @@ def test_gamma_is_measured_once_per_pair():
 
 
 @pytest.mark.parametrize("bad", [{"gamma": 1}, {"max_gamma": 1}, {"draft_threads": 0}, {"timeout_s": 0},
-                                 {"resync_tokens": -1}])
+                                 {"resync_tokens": -1}, {"worker": "fiber"},
+                                 {"worker": "process", "draft_threads": 2}])
 def test_config_rejects_bad_values(bad):
-    with pytest.raises(ValueError, match="gamma|required"):
+    with pytest.raises(ValueError, match="gamma|required|worker"):
         PearlConfig(**bad)
+
+
+def test_auto_worker_choice(pair):
+    """auto: a process for a one-thread CPU draft, a thread for a multi-threaded one; never a process on CUDA."""
+    _, draft = pair("llama", "noisy")
+    assert worker_mode(PearlConfig(), draft) == "process"
+    assert worker_mode(PearlConfig(draft_threads=2), draft) == "thread"
+    assert worker_mode(PearlConfig(parallel=False), draft) == "sequential"
+    on_gpu = types.SimpleNamespace(device=torch.device("cuda", 0))
+    assert worker_mode(PearlConfig(), on_gpu) == "thread"
+    with pytest.raises(ValueError, match="worker='thread'"):
+        worker_mode(PearlConfig(worker="process"), on_gpu)
 
 
 def test_caller_thread_count_untouched(pair):
@@ -286,8 +335,10 @@ def test_caller_thread_count_untouched(pair):
     target, draft = pair("llama", "noisy")
     torch.set_num_threads(2)
     try:
-        target.generate(prompt(), max_new_tokens=8, do_sample=False, assistant_model=draft, pacer="pearl-test-3-par")
-        assert torch.get_num_threads() == 2
+        for mode in ("par", "thread"):
+            target.generate(prompt(), max_new_tokens=8, do_sample=False, assistant_model=draft,
+                            pacer=f"pearl-test-3-{mode}")
+            assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(1)
     assert pacer_hf.last_stats(target).parallel and pacer_hf.last_stats(target).jobs > 0

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,16 +22,19 @@ import pacer_hf
 from pacer_hf import PacerPreVerifier
 from pacer_hf.training import (
     CollectConfig,
+    CostModel,
     calibrate_preverifier,
     collect,
     load_texts,
     load_traces,
     measure_costs,
+    measure_loop_costs,
     pacer_lengths,
     propose_and_label,
     read_manifest,
     train_preverifier,
 )
+from pacer_hf.training.simulate import fixed_lengths, speedup
 from pacer_hf.training.train import build_preverifier, predict_probs, prepare
 
 VOCAB = 96
@@ -73,8 +77,23 @@ def test_end_to_end_collect_train_calibrate_generate(tiny_pair, traces, tmp_path
     assert metrics["auc"] > 0.6 and 0 <= metrics["ece"] <= 1
     assert {"sim_speedup", "sim_best_fixed", "sim_oracle"} <= set(metrics)
     costs = measure_costs(target, draft, model, context=16, max_k=STEPS, repeats=2, progress=False)
-    assert costs.draft_cost > 0 and costs.verify_cost[0] == 1.0
+    assert costs.draft_cost > 0 and costs.verify_cost[0] == 1.0 and costs.step_seconds > 0
+    costs = measure_loop_costs(target, draft, costs, model, context=16, new_tokens=24, gammas=(1, 4), repeats=2)
+    assert costs.draft_cost > 0 and np.isfinite([costs.round_overhead, costs.ar_overhead, costs.preverifier_cost]).all()
+    assert getattr(target, "_pacer_plain_generate", None) is not None, "an enabled target stays enabled"
+    # The fitted in-loop model explains a real call's time (loosely: tiny models on a shared CPU are noisy).
+    prompt = torch.randint(0, 96, (1, 16), generator=torch.Generator().manual_seed(0))
+    start = time.perf_counter()
+    target.generate(prompt, max_new_tokens=24, min_new_tokens=24, do_sample=False, assistant_model=draft,
+                    pacer="sd-fixed-4")
+    seconds = time.perf_counter() - start
+    stats = pacer_hf.last_stats(target)
+    lengths = np.asarray(stats.draft_lengths)
+    modelled = costs.step_seconds * (stats.draft_forwards * costs.draft_cost + costs.verify(lengths).sum()
+                                     + len(lengths) * costs.round_overhead)
+    assert 0.4 < modelled / seconds < 1.5, (modelled, seconds)
     report = calibrate_preverifier(model, data, costs, block_sizes=(1, 2, 3))
+    assert report["round_overhead"] == costs.round_overhead
     table = report["table"]
     assert table["oracle"] >= max(v for k, v in table.items() if k.startswith("fixed-")) - 1e-9
     model.save_pretrained(tmp_path / "pv")
@@ -87,6 +106,23 @@ def test_end_to_end_collect_train_calibrate_generate(tiny_pair, traces, tmp_path
         out = target.generate(prompt, assistant_model=draft, pacer=str(tmp_path / "pv"), do_sample=False,
                               max_new_tokens=24)
         assert torch.equal(out, expected)
+
+
+def test_round_overhead_favours_longer_drafts():
+    """The loop's per-round cost moves the best fixed length up; ar's own overhead scales every speedup."""
+    acc = (np.random.default_rng(0).random((400, 8)) < 0.7).astype(float)
+    bare = CostModel(draft_cost=0.1)
+    looped = CostModel(draft_cost=0.1, round_overhead=0.5)
+
+    def best(costs):
+        return max(range(1, 9), key=lambda g: speedup(acc, fixed_lengths(acc, g), costs))
+
+    assert best(looped) > best(bare)
+    ratio = speedup(acc, fixed_lengths(acc, 2), CostModel(ar_overhead=0.2)) / speedup(acc, fixed_lengths(acc, 2),
+                                                                                        CostModel())
+    assert ratio == pytest.approx(1.2)
+    restored = CostModel.from_calibration({"draft_cost": 0.1, "verify_cost": [1.0, 1.1], "round_overhead": 0.5})
+    assert restored.round_overhead == 0.5 and restored.ar_overhead == 0.0
 
 
 def test_collected_inputs_match_generation(tiny_pair):

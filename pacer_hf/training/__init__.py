@@ -6,7 +6,7 @@
 """
 
 from .align import align_draft, measure_alpha
-from .calibrate import calibrate_preverifier, format_table, measure_costs
+from .calibrate import calibrate_preverifier, format_table, measure_costs, measure_loop_costs
 from .collect import CollectConfig, collect, load_traces, propose_and_label, read_manifest
 from .simulate import CostModel, best_setting, pacer_lengths, speedup, speedup_table
 from .sources import load_texts
@@ -27,6 +27,7 @@ __all__ = [
     "load_traces",
     "measure_alpha",
     "measure_costs",
+    "measure_loop_costs",
     "pacer_lengths",
     "predict_probs",
     "propose_and_label",

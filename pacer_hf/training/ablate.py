@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         costs = CostModel(args.cost_ratio, [1.0 + args.verify_slope * k for k in range(33)])
     elif args.costs:
         cal = json.loads(Path(args.costs).read_text())["calibration"]
-        costs = CostModel(cal["draft_cost"], cal["verify_cost"], cal.get("preverifier_cost", 0.0))
+        costs = CostModel.from_calibration(cal)
     else:
         from .common import load_causal_lm
 

@@ -1,7 +1,9 @@
 """Calibrate a pre-verifier for this hardware: measure the pair's costs, pick block size and threshold.
 
 Measures c = t(draft step)/t(target step) and verify_cost(k) = t(target forward over k+1 tokens) /
-t(one target step) (medians, runs interleaved), then searches decision rule x block size x threshold
+t(one target step) (medians, runs interleaved), then the costs inside `generate` (the loop's
+per-round overhead, the draft step and pre-verifier call as the loop runs them, plain decoding's
+per-token overhead) from real generations, then searches decision rule x block size x threshold
 for the highest simulated speedup on held-out traces and writes the choice, `cost_ratio` and a
 `calibration` dict (costs, table, data) into the pre-verifier's config.
 """
@@ -52,7 +54,72 @@ def measure_costs(target: PreTrainedModel, draft: PreTrainedModel, preverifier: 
     step = med["target"]
     verify = [1.0] + [med[f"verify-{k}"] / step for k in range(1, max_k + 1)]
     return CostModel(draft_cost=med["draft"] / step, verify_cost=verify,
-                     preverifier_cost=med.get("preverifier", 0.0) / step)
+                     preverifier_cost=med.get("preverifier", 0.0) / step, step_seconds=step)
+
+
+@torch.inference_mode()
+def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: CostModel,
+                       preverifier: PacerPreVerifier | None = None, context: int = 128, new_tokens: int = 64,
+                       gammas: tuple[int, ...] = (1, 2, 4, 6), repeats: int = 2) -> CostModel:
+    """Refine `costs` with what the forwards alone miss, measured in real `generate` calls.
+
+    sd-fixed-γ runs give, per call, seconds = setup + draft_forwards*d + sum_r verify(k_r)*step + rounds*o
+    (setup: the call's fixed cost and the prompt's forward, timed with one-token calls; the first round
+    is that forward); a least-squares fit over several γ gives the in-loop draft step d and the
+    per-round overhead o. Plain
+    decoding gives ar_overhead; a Pacer run that never stops (threshold 0) gives the in-loop cost of a
+    pre-verifier call. All in units of `costs.step_seconds` (one bare target step, from measure_costs).
+    """
+    step_seconds = costs.step_seconds
+    from copy import deepcopy
+
+    import numpy as np
+
+    from ..generation import disable, enable, last_stats
+
+    enabled_here = getattr(target, "_pacer_plain_generate", None) is None
+    enable(target)
+    vocab = target.get_output_embeddings().weight.shape[0]
+    prompt = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0)).to(target.device)
+    def timed(tokens: int = new_tokens, **kwargs) -> tuple[float, object]:
+        start = time.perf_counter()
+        target.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, **kwargs)
+        return time.perf_counter() - start, last_stats(target)
+
+    def per_call(**kwargs) -> float:  # call setup + prefill: a one-token call drafts nothing
+        return min(timed(1, **kwargs)[0] for _ in range(repeats + 1))
+
+    try:
+        timed(assistant_model=draft, pacer=f"sd-fixed-{gammas[0]}")  # warm-up
+        setup = per_call(assistant_model=draft, pacer="sd-fixed-1")
+        rows, rest = [], []
+        for _ in range(repeats):
+            for gamma in gammas:
+                seconds, stats = timed(assistant_model=draft, pacer=f"sd-fixed-{gamma}")
+                verify = sum(costs.verify(np.asarray(stats.draft_lengths[1:]))) * step_seconds
+                rows.append([stats.draft_forwards, stats.target_forwards - 1])
+                rest.append(seconds - setup - verify)
+        (draft_s, round_s), *_ = np.linalg.lstsq(np.asarray(rows, float), np.asarray(rest), rcond=None)
+        ar_setup = per_call()
+        ar = (min(timed()[0] for _ in range(repeats)) - ar_setup) / (new_tokens - 1)
+        refined = CostModel(draft_cost=max(draft_s, 0.0) / step_seconds, verify_cost=costs.verify_cost,
+                            preverifier_cost=costs.preverifier_cost, round_overhead=max(round_s, 0.0) / step_seconds,
+                            ar_overhead=max(ar - step_seconds, 0.0) / step_seconds, step_seconds=step_seconds)
+        if preverifier is not None:  # never stops: every block pays one call
+            never = deepcopy(preverifier)
+            never.config.threshold, never.config.trim_failed_block = 0.0, False
+            calls, extra = 0, 0.0
+            for _ in range(repeats):
+                seconds, stats = timed(assistant_model=draft, pacer=never)
+                verify = sum(costs.verify(np.asarray(stats.draft_lengths[1:]))) * step_seconds
+                extra += (seconds - setup - verify - stats.draft_forwards * draft_s
+                          - (stats.target_forwards - 1) * round_s)
+                calls += sum(n // never.config.block_size for n in stats.draft_lengths)
+            refined.preverifier_cost = max(extra / max(calls, 1), 0.0) / step_seconds
+        return refined
+    finally:
+        if enabled_here:
+            disable(target)
 
 
 def _time(fn) -> float:
@@ -115,7 +182,8 @@ def calibrate_preverifier(preverifier: PacerPreVerifier, traces, costs: CostMode
     config.cost_ratio = round(costs.draft_cost, 5)
     report = {
         "draft_cost": costs.draft_cost, "verify_cost": [round(v, 4) for v in costs.verify_cost],
-        "preverifier_cost": costs.preverifier_cost, "chosen": best, "table": table, "auc": auc, "ece": ece,
+        "preverifier_cost": costs.preverifier_cost, "round_overhead": costs.round_overhead,
+        "ar_overhead": costs.ar_overhead, "chosen": best, "table": table, "auc": auc, "ece": ece,
         "platt_scaling": scaling, "rounds": len(acc), "reported_on": "report split" if report_traces is not None else "calibration data",
         **(measured or {}),
     }
@@ -127,6 +195,9 @@ def format_table(report: dict) -> str:
     table, best = report["table"], report["chosen"]
     lines = [f"c = t(draft)/t(target) = {report['draft_cost']:.3f}; verify_cost(k) = "
              + ", ".join(f"{v:.2f}" for v in report["verify_cost"][:9]) + " (k=0..8)",
+             f"per round: loop overhead {report.get('round_overhead', 0.0):.3f}, pre-verifier call "
+             f"{report.get('preverifier_cost', 0.0):.3f}; plain decoding's loop {report.get('ar_overhead', 0.0):.3f}"
+             " per token (all in target steps)",
              f"{report['reported_on']}: {report['rounds']} rounds   AUC {report['auc']:.3f}   ECE {report['ece']:.3f}",
              f"{'stop rule':<34}{'simulated speedup':>18}"]
     for key, value in table.items():
@@ -155,6 +226,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify-slope", type=float, default=0.05, help="with --cost-ratio: verify_cost(k)=1+slope*k")
     parser.add_argument("--context", type=int, default=128, help="prefix length for timing")
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--no-loop-costs", action="store_true",
+                        help="cost model from bare forwards only (skip the in-`generate` loop measurement)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads while timing (match your deployment)")
     parser.add_argument("--block-sizes", default="1,2,3,4,6,8")
     parser.add_argument("--rules", default="block,cumulative")
@@ -191,6 +264,10 @@ def run(args: argparse.Namespace) -> int:
         costs = measure_costs(target, draft, preverifier, context=args.context,
                               max_k=max(16, preverifier.config.max_draft_tokens), repeats=args.repeats)
         measured["costs"] = f"measured: context {args.context}, {args.repeats} interleaved repeats, medians"
+        if not args.no_loop_costs:
+            measured["bare_draft_cost"], measured["bare_preverifier_cost"] = costs.draft_cost, costs.preverifier_cost
+            costs = measure_loop_costs(target, draft, costs, preverifier, context=args.context)
+            measured["costs"] += "; draft step, pre-verifier call and loop overheads measured inside generate"
         measured["draft_model"], measured["target_model"] = args.draft, args.target
     block_sizes = tuple(int(b) for b in args.block_sizes.split(","))
     rules = tuple(r.strip() for r in args.rules.split(","))

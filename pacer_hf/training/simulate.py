@@ -3,9 +3,10 @@
 A round drafts n tokens (the stop rule picks n), the target verifies them in one forward; with the
 acceptance a_i of each drafted token (1/0, or a soft probability) the round yields
 E[accepted] + 1 = sum_{k<=n} prod_{i<=k} a_i + 1 tokens and costs n*c + verify_cost(n) (+ the
-pre-verifier's calls), with c = t(draft step)/t(target step) and verify_cost(k) = t(target forward
-over k+1 tokens)/t(one target step). Autoregressive decoding costs 1 per token, so
-speedup = sum(tokens) / sum(time).
+pre-verifier's calls and the decoding loop's own per-round overhead), with c = t(draft step)/t(target
+step) and verify_cost(k) = t(target forward over k+1 tokens)/t(one target step). Autoregressive
+decoding costs 1 + ar_overhead per token (its loop is not free either), so
+speedup = sum(tokens) * (1 + ar_overhead) / sum(time).
 """
 
 from __future__ import annotations
@@ -22,6 +23,18 @@ class CostModel:
     draft_cost: float = 0.1
     verify_cost: list[float] = field(default_factory=lambda: [1.0 + 0.05 * k for k in range(33)])
     preverifier_cost: float = 0.0
+    # Measured inside `generate` (calibrate.measure_loop_costs): the speculative loop's cost per round
+    # beyond the forwards, and plain decoding's per token. Without them the model prefers short drafts:
+    # it misses that every extra round pays the loop again.
+    round_overhead: float = 0.0
+    ar_overhead: float = 0.0
+    step_seconds: float = 0.0  # one target step, when measured (the unit of everything above)
+
+    @classmethod
+    def from_calibration(cls, calibration: dict) -> CostModel:
+        """The cost model a calibrated pre-verifier's `config.calibration` recorded."""
+        return cls(calibration["draft_cost"], list(calibration["verify_cost"]), calibration.get("preverifier_cost", 0.0),
+                   calibration.get("round_overhead", 0.0), calibration.get("ar_overhead", 0.0))
 
     def verify(self, k: np.ndarray) -> np.ndarray:
         table = np.asarray(self.verify_cost, dtype=np.float64)
@@ -53,10 +66,10 @@ def speedup(acc: np.ndarray, lengths: np.ndarray, costs: CostModel, preverifier_
     """Simulated speedup over autoregressive decoding when round r drafts lengths[r] tokens."""
     lengths = np.asarray(lengths, dtype=np.int64)
     tokens = expected_accepted(acc, lengths) + 1.0
-    time = lengths * costs.draft_cost + costs.verify(lengths)
+    time = lengths * costs.draft_cost + costs.verify(lengths) + costs.round_overhead
     if preverifier_calls is not None:
         time = time + preverifier_calls * costs.preverifier_cost
-    return float(tokens.sum() / time.sum())
+    return float(tokens.sum() * (1.0 + costs.ar_overhead) / time.sum())
 
 
 def fixed_lengths(acc: np.ndarray, gamma: int) -> np.ndarray:

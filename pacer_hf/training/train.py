@@ -119,7 +119,7 @@ def cost_model_from(config: PacerConfig, default_ratio: float = 0.1) -> CostMode
     """Costs recorded by `pacer-hf calibrate` in the config, else a default ratio (marked as assumed)."""
     cal = config.calibration or {}
     if cal.get("verify_cost"):
-        return CostModel(cal["draft_cost"], list(cal["verify_cost"]), cal.get("preverifier_cost", 0.0))
+        return CostModel.from_calibration(cal)
     return CostModel(draft_cost=config.cost_ratio or default_ratio)
 
 

@@ -1,0 +1,179 @@
+"""pacer_hf's verification loop: per round, the candidates, one target forward, the accept step. Nothing else.
+
+transformers' `_assisted_decoding` serves every model and input (encoder-decoders, multimodal and
+padded inputs, attentions, synced GPUs) and pays for that every round: a model_kwargs copy, an
+attention-mask concatenation, `prepare_inputs_for_generation`, per-round kwargs updates. pacer_hf
+only runs batch-1, unpadded, decoder-only generation, where none of it changes a token: the target's
+own cache length gives the positions, and only the tokens not yet in that cache need a forward.
+Everything that decides tokens is done as transformers does it (logits processors per position,
+the acceptance rule, EOS and length truncation, stopping criteria), so the output equals
+`pacer_loop="transformers"` token for token and, under sampling, random draw for random draw.
+`pacer_hf.enable` passes this function to `generate(custom_generate=...)`; transformers 5.23
+gives such a callable neither the draft nor the streamer, so they come bound with functools.partial.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import Cache, PreTrainedModel, StaticCache
+from transformers.generation import (
+    BaseStreamer,
+    GenerateDecoderOnlyOutput,
+    GenerationConfig,
+    LogitsProcessorList,
+    StoppingCriteriaList,
+)
+
+from ._hf_compat import crop_cache, eos_tensor, speculative_sampling
+
+FALLBACK = "pass pacer_loop='transformers' to verify in transformers' own loop"
+_KNOWN_KWARGS = {"past_key_values", "use_cache", "logits_to_keep", "attention_mask", "position_ids"}
+_STATIC_CACHES = ("static", "hybrid", "sliding_window")  # refused by _assisted_decoding too
+
+
+def lean_assisted_decoding(
+    model: PreTrainedModel,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config: GenerationConfig,
+    synced_gpus: bool = False,
+    streamer: BaseStreamer | None = None,
+    inputs_tensor: torch.Tensor | None = None,
+    assistant_model: PreTrainedModel | None = None,
+    **model_kwargs,
+) -> GenerateDecoderOnlyOutput | torch.LongTensor:
+    """A `custom_generate` decoding method: speculative decoding with `model` verifying `assistant_model`."""
+    config = generation_config
+    cache = _check(model, input_ids, config, synced_gpus, assistant_model, model_kwargs)
+    generator = model._get_candidate_generator(  # on a pacer_hf-enabled model: this call's strategy
+        generation_config=config,
+        input_ids=input_ids,
+        inputs_tensor=inputs_tensor,
+        assistant_model=assistant_model,
+        logits_processor=logits_processor,
+        target_tokenizer=None,
+        assistant_tokenizer=None,
+        model_kwargs=model_kwargs,
+    )
+    if generator.requires_model_outputs:
+        raise ValueError(f"{type(generator).__name__} needs the target's hidden states; {FALLBACK}.")
+    keep_scores = config.return_dict_in_generate and config.output_scores
+    keep_logits = config.return_dict_in_generate and config.output_logits
+    scores, raw_logits = (() if keep_scores else None), (() if keep_logits else None)
+    eos = eos_tensor(config)
+    eos_ids = set() if eos is None else set(eos.flatten().tolist())
+    forward_kwargs = {"past_key_values": cache, "use_cache": True}
+    cache.activate_past_recording()  # windowed / linear-attention layers must be able to roll back
+    while True:
+        cur_len = input_ids.shape[1]
+        candidates, candidate_logits = generator.get_candidates(input_ids)
+        candidates = candidates.to(model.device)
+        if candidate_logits is not None:
+            candidate_logits = candidate_logits.to(model.device)
+        k = candidates.shape[1] - cur_len
+        if "logits_to_keep" in model_kwargs:
+            forward_kwargs["logits_to_keep"] = k + 1
+        # The first round reads the prompt too (the cache is empty); later ones the last accepted token + k.
+        logits = model(input_ids=candidates[:, cache.get_seq_length() :], **forward_kwargs).logits
+        new_logits = logits[:, -k - 1 :].to(dtype=torch.float32, device=input_ids.device)  # as transformers
+        raw = new_logits.clone() if keep_logits else None
+        if len(logits_processor) > 0:
+            for i in range(k + 1):
+                new_logits[:, i, :] = logits_processor(candidates[:, : cur_len + i], new_logits[:, i, :])
+        if config.do_sample and candidate_logits is not None:
+            valid, _ = speculative_sampling(
+                candidates,
+                candidate_logits,
+                k,
+                new_logits,
+                assistant_ensemble_weight=config.assistant_ensemble_weight,
+            )
+        else:  # greedy, or sampling without draft logits: keep candidates while they equal the target's choice
+            if config.do_sample:
+                selected = torch.multinomial(new_logits.softmax(dim=-1)[0], num_samples=1).squeeze(1)
+            else:
+                selected = new_logits[0].argmax(dim=-1)
+            n = 0
+            for proposed, chosen in zip(candidates[0, cur_len:].tolist(), selected.tolist()):
+                if proposed != chosen:
+                    break
+                n += 1
+            valid = selected[None, : n + 1]
+        valid = valid[:, : config.max_length - cur_len]  # as transformers: never past max_length ...
+        for i, token in enumerate(valid[0].tolist()):  # ... nor past the first EOS
+            if token in eos_ids:
+                valid = valid[:, : i + 1]
+                break
+        n = valid.shape[1] - 1
+        input_ids = torch.cat((input_ids, valid), dim=-1)
+        if streamer is not None:
+            streamer.put(valid.cpu())
+        # The cache keeps the accepted tokens; the bonus token is fed with the next round's candidates.
+        crop_cache(cache, input_ids.shape[1] - 1, shrink=True)
+        generator.update_candidate_strategy(input_ids, new_logits, n)
+        if keep_scores:
+            scores += tuple(new_logits[:, i, :] for i in range(n + 1))
+        if keep_logits:
+            raw_logits += tuple(raw[:, i, :] for i in range(n + 1))
+        if stopping_criteria(input_ids, scores).any():
+            break
+    if streamer is not None:
+        streamer.end()
+    if config.return_dict_in_generate:
+        return GenerateDecoderOnlyOutput(
+            sequences=input_ids, scores=scores, logits=raw_logits, past_key_values=cache
+        )
+    return input_ids
+
+
+def _check(
+    model: PreTrainedModel,
+    input_ids: torch.LongTensor,
+    config: GenerationConfig,
+    synced_gpus: bool,
+    assistant_model: PreTrainedModel | None,
+    model_kwargs: dict,
+) -> Cache:
+    """Refuse, before any forward, what this loop does not implement; returns the target's cache."""
+    if assistant_model is None:
+        raise ValueError(
+            "lean_assisted_decoding needs the draft: bind it with "
+            "functools.partial(lean_assisted_decoding, assistant_model=draft)."
+        )
+    for name, unsupported in (
+        ("synced_gpus", synced_gpus),
+        ("output_attentions", config.output_attentions),
+        ("output_hidden_states", config.output_hidden_states),
+        ("an encoder-decoder model", model.config.is_encoder_decoder),
+        (
+            "assistant_ensemble_weight with greedy decoding",
+            config.assistant_ensemble_weight is not None and not config.do_sample,
+        ),
+        (f"model kwargs {sorted(set(model_kwargs) - _KNOWN_KWARGS)}", set(model_kwargs) - _KNOWN_KWARGS),
+    ):
+        if unsupported:
+            raise ValueError(f"pacer_hf's lean verification loop does not support {name}; {FALLBACK}.")
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"pacer_hf's lean verification loop runs batch size 1, got {input_ids.shape[0]}.")
+    mask, positions = model_kwargs.get("attention_mask"), model_kwargs.get("position_ids")
+    if mask is not None and not bool(mask.all()):
+        raise ValueError(f"pacer_hf's lean verification loop does not support padded inputs; {FALLBACK}.")
+    default_positions = positions is None or torch.equal(
+        positions[0], torch.arange(positions.shape[-1]).to(positions)
+    )
+    if not default_positions:  # the loop lets the model count positions from its cache
+        raise ValueError(
+            f"pacer_hf's lean verification loop does not support custom position_ids; {FALLBACK}."
+        )
+    cache = model_kwargs.get("past_key_values")
+    if not model_kwargs.get("use_cache") or cache is None:
+        raise ValueError("assisted generate requires `use_cache=True`")
+    if isinstance(cache, StaticCache) or config.cache_implementation in _STATIC_CACHES:
+        raise ValueError("assisted generate is not supported with Static cache classes")
+    if cache.get_seq_length() >= input_ids.shape[1]:
+        raise ValueError(
+            "past_key_values already holds the whole prompt; pass a cache of at most the prompt minus "
+            "its last token."
+        )
+    return cache
