@@ -1,6 +1,7 @@
 """pacer_hf's drafting loop: direct draft forwards on the draft's own KV cache, stopped by Pacer.
 
-Verification stays in transformers' `_assisted_decoding`; only drafting is replaced. Drafting calls
+Verification runs in the lean loop (lean_loop.py) or transformers' `_assisted_decoding`; this module
+is the drafting side. Drafting calls
 the draft's `forward` directly instead of re-entering `generate()` every round (the per-round setup
 that makes stock assisted generation lose on small models), and the pre-verifier runs as a
 `StoppingCriteria` at block boundaries, fed by a forward pre-hook on the draft's `lm_head`.

@@ -1,7 +1,7 @@
 """PEARL (arXiv 2408.11850) inside `generate`: the draft drafts round k+1 while the target verifies round k.
 
-`target.generate(ids, assistant_model=draft, pacer="pearl")`. HF's `_assisted_decoding` stays the
-verifier; only the candidate generator changes. Each `get_candidates` call:
+`target.generate(ids, assistant_model=draft, pacer="pearl")`. The verification loop (pacer_hf's lean
+loop or transformers' `_assisted_decoding`) is unchanged; only the candidate generator differs. Each `get_candidates` call:
 
 1. waits for the draft-ahead job launched in the previous call (it ran during the target forward);
 2. keeps the job's tokens only when they continue from the token the target settled on: every
@@ -52,8 +52,8 @@ class PearlConfig:
     gamma: int | None = None
     max_gamma: int = 8
     parallel: bool = True
-    # "process": a forked worker process (CPU, Linux/macOS); "thread": a worker thread (+ side CUDA stream on
-    # a GPU); "auto": process for a CPU draft where fork exists and draft_threads == 1, else thread.
+    # "process": a forked worker process (CPU; needs fork); "thread": a worker thread (+ side CUDA stream on
+    # a GPU); "auto": process for a CPU draft on Linux with draft_threads == 1, else thread.
     worker: str = "auto"
     draft_threads: int = 1  # intra-op threads of the draft worker (CPU); the target keeps the caller's
     use_preverifier: bool = False  # "pacer+pearl": the attached Pacer pre-verifier may end a job early
@@ -129,7 +129,8 @@ def worker_mode(config: PearlConfig, draft: PreTrainedModel) -> str:
                          "worker='thread' (a side CUDA stream) or worker='auto'.")
     if config.worker != "auto":
         return config.worker
-    forkable = "fork" in multiprocessing.get_all_start_methods()
+    # Linux only for auto: fork is what the worker relies on, and macOS's system frameworks are not fork-safe.
+    forkable = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
     return "process" if on_cpu and forkable and config.draft_threads == 1 else "thread"
 
 
