@@ -15,12 +15,15 @@ import json
 import platform
 import statistics
 import time
+from copy import deepcopy
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from ..generation import disable, enable, last_stats
 from ..modeling_pacer import PacerPreVerifier
 from ..timing import cached_forward_timer
 from .collect import load_traces
@@ -66,17 +69,12 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
     sd-fixed-γ runs give, per call, seconds = setup + draft_forwards*d + sum_r verify(k_r)*step + rounds*o
     (setup: the call's fixed cost and the prompt's forward, timed with one-token calls; the first round
     is that forward); a least-squares fit over several γ gives the in-loop draft step d and the
-    per-round overhead o. Plain
-    decoding gives ar_overhead; a Pacer run that never stops (threshold 0) gives the in-loop cost of a
-    pre-verifier call. All in units of `costs.step_seconds` (one bare target step, from measure_costs).
+    per-round overhead o. Plain decoding gives ar_overhead; a Pacer run that never stops (threshold 0)
+    gives the in-loop cost of a pre-verifier call. All in units of `costs.step_seconds` (one bare target step, from measure_costs).
     """
     step_seconds = costs.step_seconds
-    from copy import deepcopy
-
-    import numpy as np
-
-    from ..generation import disable, enable, last_stats
-
+    if step_seconds <= 0:
+        raise ValueError("measure_loop_costs needs costs.step_seconds: pass the CostModel that measure_costs returned.")
     enabled_here = getattr(target, "_pacer_plain_generate", None) is None
     enable(target)
     vocab = target.get_output_embeddings().weight.shape[0]
