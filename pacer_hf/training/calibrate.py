@@ -70,7 +70,8 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
     (setup: the call's fixed cost and the prompt's forward, timed with one-token calls; the first round
     is that forward); a least-squares fit over several γ gives the in-loop draft step d and the
     per-round overhead o. Plain decoding gives ar_overhead; a Pacer run that never stops (threshold 0)
-    gives the in-loop cost of a pre-verifier call. All in units of `costs.step_seconds` (one bare target step, from measure_costs).
+    gives the in-loop cost of a pre-verifier call. All in units of `costs.step_seconds` (one bare target
+    step, from measure_costs).
     """
     step_seconds = costs.step_seconds
     if step_seconds <= 0:
@@ -79,6 +80,7 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
     enable(target)
     vocab = target.get_output_embeddings().weight.shape[0]
     prompt = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0)).to(target.device)
+
     def timed(tokens: int = new_tokens, **kwargs) -> tuple[float, object]:
         start = time.perf_counter()
         target.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, **kwargs)
@@ -87,6 +89,9 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
     def per_call(**kwargs) -> float:  # call setup + prefill: a one-token call drafts nothing
         return min(timed(1, **kwargs)[0] for _ in range(repeats + 1))
 
+    def after_setup_and_verify(seconds: float, stats) -> float:  # the first round's verify is in the setup
+        return seconds - setup - costs.verify(np.asarray(stats.draft_lengths[1:])).sum() * step_seconds
+
     try:
         timed(assistant_model=draft, pacer=f"sd-fixed-{gammas[0]}")  # warm-up
         setup = per_call(assistant_model=draft, pacer="sd-fixed-1")
@@ -94,9 +99,8 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
         for _ in range(repeats):
             for gamma in gammas:
                 seconds, stats = timed(assistant_model=draft, pacer=f"sd-fixed-{gamma}")
-                verify = sum(costs.verify(np.asarray(stats.draft_lengths[1:]))) * step_seconds
                 rows.append([stats.draft_forwards, stats.target_forwards - 1])
-                rest.append(seconds - setup - verify)
+                rest.append(after_setup_and_verify(seconds, stats))
         (draft_s, round_s), *_ = np.linalg.lstsq(np.asarray(rows, float), np.asarray(rest), rcond=None)
         ar_setup = per_call()
         ar = (min(timed()[0] for _ in range(repeats)) - ar_setup) / (new_tokens - 1)
@@ -109,8 +113,7 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
             calls, extra = 0, 0.0
             for _ in range(repeats):
                 seconds, stats = timed(assistant_model=draft, pacer=never)
-                verify = sum(costs.verify(np.asarray(stats.draft_lengths[1:]))) * step_seconds
-                extra += (seconds - setup - verify - stats.draft_forwards * draft_s
+                extra += (after_setup_and_verify(seconds, stats) - stats.draft_forwards * draft_s
                           - (stats.target_forwards - 1) * round_s)
                 calls += sum(n // never.config.block_size for n in stats.draft_lengths)
             refined.preverifier_cost = max(extra / max(calls, 1), 0.0) / step_seconds
