@@ -5,13 +5,15 @@
     python examples/profile_round.py --pyinstrument       # also print a call-tree profile of pacer's loop
     python examples/profile_round.py --clock cpu --threads 1 --compile-draft
     python examples/profile_round.py --loop lean         # pacer_hf rows through one verification loop only
+    python examples/profile_round.py --draft-forward both # pacer_hf rows with the lean and the model's draft forward
 
 `--clock cpu` times with the thread's CPU clock (with one intra-op thread all work runs on this
 thread), which stays meaningful on a machine shared with other jobs; `wall` is what a user sees.
 
 "Overhead" is the round time minus the time inside draft forwards, the target forward and the
 pre-verifier: Python bookkeeping, logits processing, cache cropping, the verification loop. The
-forwards are timed by wrapping `forward` on these model instances only (in this script). It is split
+forwards are timed by wrapping `forward` on these model instances, and the lean draft forward
+(`pacer_hf.lean_draft.LeanDraft.__call__`) counts as a draft forward (in this script only). It is split
 into `drafting_overhead` (inside the candidate generator's `get_candidates`: the drafting loop's own
 bookkeeping; for hf-fixed, HF's per-round `assistant_model.generate()` setup) and `loop_overhead`
 (everything outside it and outside the target forward: the verification loop, i.e. transformers'
@@ -31,6 +33,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import pacer_hf
 from pacer_hf import PacerPreVerifier
+from pacer_hf.lean_draft import LeanDraft
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 clock = time.perf_counter
@@ -111,6 +114,8 @@ def main() -> None:
     parser.add_argument("--compile-draft", action="store_true", help="also run sd-fixed with pacer_hf.compile_draft")
     parser.add_argument("--loop", choices=["lean", "transformers", "both"], default="both",
                         help="verification loop(s) of the pacer_hf rows (pacer_loop=); both: one row per loop")
+    parser.add_argument("--draft-forward", choices=["auto", "model", "both"], default="auto",
+                        help="draft forward of the pacer_hf rows (pacer_draft_forward=); both: one row per forward")
     parser.add_argument("--out", help="write the table as JSON here")
     args = parser.parse_args()
     global clock
@@ -152,10 +157,24 @@ def main() -> None:
         pacer_rows[f"sd-fixed-{args.gamma} compiled"] = {"assistant_model": compiled, "pacer": f"sd-fixed-{args.gamma}"}
     loops = ["lean", "transformers"] if args.loop == "both" else [args.loop]
     strategies = {"ar": {}, f"hf-fixed-{args.gamma}": {"assistant_model": draft}}
-    strategies.update({f"{name} [{loop}]": {**kwargs, "pacer_loop": loop}
-                       for name, kwargs in pacer_rows.items() for loop in loops})
+    forwards = ["auto", "model"] if args.draft_forward == "both" else [args.draft_forward]
+    strategies.update({f"{name} [{loop}" + (f", {forward}]" if len(forwards) > 1 else "]"):
+                       {**kwargs, "pacer_loop": loop, "pacer_draft_forward": forward}
+                       for name, kwargs in pacer_rows.items() for loop in loops for forward in forwards})
+    lean_call = LeanDraft.__call__
+
+    def timed_lean(lean, *call_args):  # the lean draft forward bypasses draft.forward: time it as one
+        start = clock()
+        try:
+            return lean_call(lean, *call_args)
+        finally:
+            draft_timer.seconds += clock() - start
+            draft_timer.calls += 1
+
+    LeanDraft.__call__ = timed_lean
     samples: dict[str, list[dict]] = {name: [] for name in strategies}
     drafting = DraftingTimer()
+    forward_used: dict[str, str] = {}
     for repeat in range(args.repeats + 1):  # the first pass is warm-up
         for name, kwargs in strategies.items():
             target_timer.reset()
@@ -167,6 +186,8 @@ def main() -> None:
             start = clock()
             out = target.generate(prompt, max_new_tokens=args.max_new_tokens, do_sample=False, **kwargs)
             total = clock() - start
+            if "pacer" in kwargs:
+                forward_used[name] = pacer_hf.last_stats(target).draft_forward
             pv_seconds = pv_timer.seconds
             rounds = target_timer.calls
             if repeat:
@@ -184,6 +205,7 @@ def main() -> None:
                     "loop_overhead_ms": 1e3 * (total - drafting.seconds - target_timer.seconds) / rounds,
                 })
     drafting.close()
+    LeanDraft.__call__ = lean_call
     table = {name: {key: statistics.median(s[key] for s in rows) for key in rows[0]} for name, rows in samples.items()}
     print(f"clock={args.clock} threads={args.threads} gamma={args.gamma} max_new_tokens={args.max_new_tokens} repeats={args.repeats} "
           f"(medians)")
@@ -193,16 +215,17 @@ def main() -> None:
     print(f"{'strategy':<36}" + "".join(f"{short.get(c, c.removesuffix('_ms')):>17}" for c in columns))
     for name, row in table.items():
         print(f"{name:<36}" + "".join(f"{row[c]:>17.3f}" for c in columns))
+    print("draft forward that ran (stats.draft_forward): " + ", ".join(f"{k}: {v}" for k, v in forward_used.items()))
     if args.out:
         with open(args.out, "w") as handle:
-            json.dump({"args": vars(args), "medians": table}, handle, indent=2)
+            json.dump({"args": vars(args), "medians": table, "draft_forward": forward_used}, handle, indent=2)
     if args.pyinstrument:
         from pyinstrument import Profiler
 
         profiler = Profiler(interval=0.0005)
         with profiler:
             target.generate(prompt, max_new_tokens=args.max_new_tokens, do_sample=False,
-                            **strategies[f"sd-fixed-{args.gamma} [{loops[0]}]"])
+                            **next(kw for kw in strategies.values() if kw.get("pacer") == f"sd-fixed-{args.gamma}"))
         print(profiler.output_text(unicode=False, color=False, show_all=False))
 
 

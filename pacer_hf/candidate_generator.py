@@ -1,10 +1,12 @@
 """pacer_hf's drafting loop: direct draft forwards on the draft's own KV cache, stopped by Pacer.
 
 Verification runs in the lean loop (lean_loop.py) or transformers' `_assisted_decoding`; this module
-is the drafting side. Drafting calls
-the draft's `forward` directly instead of re-entering `generate()` every round (the per-round setup
-that makes stock assisted generation lose on small models), and the pre-verifier runs as a
-`StoppingCriteria` at block boundaries, fed by a forward pre-hook on the draft's `lm_head`.
+is the drafting side. Drafting runs the draft
+on its own KV cache instead of re-entering `generate()` every round (the per-round setup that makes
+stock assisted generation lose on small models): through `lean_draft.LeanDraft` for Llama-family
+drafts, else the draft's `forward`. The pre-verifier runs as a `StoppingCriteria` at block
+boundaries, reading the draft's last hidden state (the lean forward returns it; with `forward`, a
+pre-hook on the draft's `lm_head` captures it).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from transformers import LogitsProcessorList, StoppingCriteria
 
 from ._hf_compat import AssistedCandidateGenerator, crop_cache
+from .lean_draft import DRAFT_FORWARDS, LeanDraft
 from .modeling_pacer import PacerPreVerifier, draft_features
 from .stats import PacerStats
 
@@ -119,6 +122,7 @@ class PacerCandidateGenerator(AssistedCandidateGenerator):
         max_draft_tokens: int,
         stats: PacerStats,
         stopping_criteria: PacerStoppingCriteria | None = None,
+        draft_forward: str = "auto",
     ):
         super().__init__(input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor, logits_processor)
         self.draft = assistant_model
@@ -137,6 +141,21 @@ class PacerCandidateGenerator(AssistedCandidateGenerator):
             self.forward_kwargs["logits_to_keep"] = 1
         self.lm_head = self.draft.get_output_embeddings()
         self.decode_step = getattr(self.draft, "_pacer_decode_step", None)  # set by compile_draft
+        self.lean = self._choose_forward(draft_forward)
+
+    def _choose_forward(self, draft_forward: str) -> LeanDraft | None:
+        """The lean forward, or None for the draft's own (`stats.draft_forward` records which)."""
+        if draft_forward not in DRAFT_FORWARDS:
+            raise ValueError(f"pacer_draft_forward={draft_forward!r}: choose one of {DRAFT_FORWARDS} (default 'auto').")
+        lean, reason = (None, None) if draft_forward == "model" else LeanDraft.for_model(self.draft,
+                                                                                         self.main_model_max_length)
+        if draft_forward == "lean" and lean is None:
+            raise ValueError(f"pacer_draft_forward='lean' cannot run this draft: {reason}. "
+                             "Pass pacer_draft_forward='model' (or 'auto') to use the draft's own forward.")
+        if draft_forward == "auto" and self.decode_step is not None:
+            lean = None  # compile_draft asked for the compiled forward
+        self.stats.draft_forward = "lean" if lean is not None else "compiled" if self.decode_step else "model"
+        return lean
 
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
@@ -171,17 +190,23 @@ class PacerCandidateGenerator(AssistedCandidateGenerator):
         if self.cache is not None:  # roll the draft cache back to the accepted prefix
             keep = min(self.cache.get_seq_length(), cur_len - 1)
             crop_cache(self.cache, keep)
+        elif self.lean is not None:
+            self.cache = self.lean.new_cache(min(self.main_model_max_length, cur_len + 256))
         ids = self.ids
         ids[:, :cur_len] = sequence
         pending = ids[:, keep:cur_len]
         processed = []
-        hook = self.lm_head.register_forward_pre_hook(self.stop.capture_hidden) if self.stop else None
+        hook = self.lm_head.register_forward_pre_hook(self.stop.capture_hidden) if self.stop and self.lean is None else None
         if self.stop:
             self.stop.start_round()
         n = 0
         try:
             for n in range(1, budget + 1):
-                if self.decode_step is not None and pending.shape[1] == 1 and self.cache is not None:
+                if self.lean is not None:
+                    hidden, raw = self.lean(pending, self.cache)
+                    if self.stop is not None:
+                        self.stop.hidden.append(hidden)
+                elif self.decode_step is not None and pending.shape[1] == 1 and self.cache is not None:
                     hidden = self.decode_step(input_ids=pending, past_key_values=self.cache, use_cache=True)
                     raw = self.lm_head(hidden.last_hidden_state[:, -1:])[:, -1]
                 else:

@@ -22,6 +22,7 @@ from transformers import PreTrainedModel
 
 from . import _hf_compat
 from .candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
+from .lean_draft import DRAFT_FORWARDS
 from .lean_loop import lean_assisted_decoding
 from .modeling_pacer import PacerPreVerifier, draft_signature
 from .stats import PacerStats
@@ -41,6 +42,7 @@ class StrategyCall:
     make: Callable[..., _hf_compat.CandidateGenerator]
     stats: PacerStats
     closers: list[Callable[[], None]] = field(default_factory=list)
+    draft_forward: str = "auto"
 
     def close(self) -> None:
         for close in self.closers:
@@ -103,6 +105,9 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     loop = kwargs.pop("pacer_loop", "lean")
     if loop not in LOOPS:
         raise ValueError(f"pacer_loop={loop!r}: choose one of {LOOPS} (default 'lean').")
+    draft_forward = kwargs.pop("pacer_draft_forward", "auto")
+    if draft_forward not in DRAFT_FORWARDS:
+        raise ValueError(f"pacer_draft_forward={draft_forward!r}: choose one of {DRAFT_FORWARDS} (default 'auto').")
     if pacer is _MISSING:
         pacer = getattr(kwargs.get("generation_config") or self.generation_config, "pacer", None)
     if pacer is None or pacer is False:
@@ -118,6 +123,7 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
         )
     call = _resolve(self, pacer, args, kwargs)
     call.stats.loop = loop
+    call.draft_forward = draft_forward
     if loop == "lean":  # transformers gives a custom_generate callable neither the draft nor the streamer
         kwargs["custom_generate"] = functools.partial(
             lean_assisted_decoding, assistant_model=kwargs["assistant_model"], streamer=kwargs.get("streamer")
@@ -148,6 +154,7 @@ def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, 
     return call.make(
         input_ids=input_ids, assistant_model=assistant_model, generation_config=generation_config,
         model_kwargs=model_kwargs, inputs_tensor=inputs_tensor, logits_processor=logits_processor,
+        draft_forward=call.draft_forward,
     )
 
 

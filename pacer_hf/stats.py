@@ -11,7 +11,9 @@ class PacerStats:
 
     `draft_lengths[i]` tokens were proposed in round i and the target accepted `accepted[i]` of them;
     every round costs one target forward (the first one also reads the prompt). `loop` is the
-    verification loop that ran: "lean" (pacer_hf's) or "transformers" (`_assisted_decoding`).
+    verification loop that ran: "lean" (pacer_hf's) or "transformers" (`_assisted_decoding`);
+    `draft_forward` the draft's forward that ran: "lean" (`lean_draft.py`), "model" (its own
+    `forward`) or "compiled" (`compile_draft`).
     """
 
     strategy: str
@@ -23,6 +25,7 @@ class PacerStats:
     preverifier_seconds: float = 0.0
     seconds: float = 0.0
     loop: str = "lean"
+    draft_forward: str = "model"
 
     @property
     def tau(self) -> float:

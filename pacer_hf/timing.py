@@ -40,3 +40,31 @@ def cached_forward_timer(
         return elapsed
 
     return once
+
+
+def draft_step_timer(draft: PreTrainedModel, context: int = 32) -> Callable[[], float]:
+    """Like `cached_forward_timer(draft, 1, context, 1)`, through the draft forward pacer_hf's drafting loop
+    uses (`pacer_draft_forward="auto"`): the lean forward when the draft qualifies, else its `forward`."""
+    from .lean_draft import LeanDraft
+
+    lean, _ = LeanDraft.for_model(draft, context + 1)
+    if lean is None:
+        return cached_forward_timer(draft, 1, context, logits_to_keep=1)
+    generator = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, lean.embed.shape[0], (1, context + 1), generator=generator).to(lean.device)
+    kv = lean.new_cache(context + 1)
+    lean(prefix[:, :context], kv)
+    cuda = lean.device.type == "cuda"
+
+    def once() -> float:
+        if cuda:
+            torch.cuda.synchronize(lean.device)
+        start = time.perf_counter()
+        lean(prefix[:, context:], kv)
+        if cuda:
+            torch.cuda.synchronize(lean.device)
+        elapsed = time.perf_counter() - start
+        kv.crop(-1)
+        return elapsed
+
+    return once

@@ -18,6 +18,7 @@ from test_core_sampling import exact_distributions, goodness_of_fit, sample_coun
 
 import pacer_hf
 from pacer_hf import ouroboros
+from pacer_hf.lean_draft import DraftKV
 from pacer_hf.ouroboros import OuroborosConfig, OuroborosStats, PhrasePool
 
 STRATEGY_NAMES = ("ouroboros", "pacer+ouroboros")
@@ -177,9 +178,11 @@ class _AuditedGenerator(ouroboros.OuroborosCandidateGenerator):
         if self.cache is not None:
             keep = min(self.cache.get_seq_length(), input_ids.shape[1] - 1)
             fresh = self.draft(input_ids[:, :keep], use_cache=True).past_key_values
-            for kept, want in zip(self.cache.layers, fresh.layers):
-                torch.testing.assert_close(kept.keys[:, :, :keep], want.keys)
-                torch.testing.assert_close(kept.values[:, :, :keep], want.values)
+            kept_layers = (zip(self.cache.keys, self.cache.values) if isinstance(self.cache, DraftKV)  # lean forward
+                           else ((layer.keys, layer.values) for layer in self.cache.layers))
+            for (keys, values), want in zip(kept_layers, fresh.layers, strict=True):
+                torch.testing.assert_close(keys[:, :, :keep], want.keys)
+                torch.testing.assert_close(values[:, :, :keep], want.values)
             _AuditedGenerator.audited += 1
         candidates, logits = super().get_candidates(input_ids, **kwargs)
         if logits is None and self.stop.trim >= 2 and self.stats.pool_lengths[-1]:

@@ -4,7 +4,8 @@ Counting is done by the harness itself, the same way for every strategy: a forwa
 target records each forward's input width and cache length (so the drafted and accepted tokens of
 every round are known, also for transformers' own candidate generators), and a pre-hook on the
 draft's `lm_head` counts draft forwards. pacer_hf strategies also report `PacerStats`, whose per-round
-record is used for them (and their pre-verifier time).
+record is used for them (and their pre-verifier time), and whose draft-forward count is used when they ran
+the lean draft forward, which bypasses the draft's modules.
 """
 
 from __future__ import annotations
@@ -239,8 +240,10 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
         lengths, accepted = counter.rounds(ids.shape[1], len(output))
     else:
         lengths, accepted = [], []
+    # the lean draft forward (lean_draft.py) never calls the draft's lm_head: the drafting loop counts it
+    draft_forwards = stats.draft_forwards if stats is not None and stats.draft_forward == "lean" else counter.draft_forwards
     return CallResult(seconds=seconds, new_tokens=new_tokens, output=output,
-                      target_forwards=len(counter.target_calls), draft_forwards=counter.draft_forwards,
+                      target_forwards=len(counter.target_calls), draft_forwards=draft_forwards,
                       draft_lengths=lengths, accepted=accepted[: len(lengths)],
                       preverifier_seconds=stats.preverifier_seconds if stats is not None else 0.0)
 

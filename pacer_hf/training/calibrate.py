@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 
 from ..generation import disable, enable, last_stats
 from ..modeling_pacer import PacerPreVerifier
-from ..timing import cached_forward_timer
+from ..timing import cached_forward_timer, draft_step_timer
 from .collect import load_traces
 from .common import cli_errors
 from .simulate import CostModel, acceptance_matrix, best_setting, speedup_table
@@ -36,11 +36,12 @@ from .train import auc_ece, predict_probs, prepare, split_by_text
 def measure_costs(target: PreTrainedModel, draft: PreTrainedModel, preverifier: PacerPreVerifier | None = None,
                   context: int = 128, max_k: int = 16, repeats: int = 15, progress: bool = True) -> CostModel:
     """Time one target step, target forwards over k+1 tokens (k = 0..max_k) and one draft step on a cached
-    `context`-token prefix; all relative to one target step. Interleaved repeats, medians."""
+    `context`-token prefix; all relative to one target step. Interleaved repeats, medians. The draft step
+    goes through the forward the drafting loop uses (the lean one when the draft qualifies)."""
     def timer(model: PreTrainedModel, width: int, keep: int | None):
         return cached_forward_timer(model, width, context, logits_to_keep=keep)
 
-    runs = {"draft": timer(draft, 1, 1), "target": timer(target, 1, 1)}
+    runs = {"draft": draft_step_timer(draft, context), "target": timer(target, 1, 1)}
     runs.update({f"verify-{k}": timer(target, k + 1, None) for k in range(1, max_k + 1)})
     if preverifier is not None:
         hidden = torch.zeros(1, preverifier.config.max_draft_tokens, preverifier.config.draft_hidden_size)
