@@ -19,6 +19,7 @@ import weakref
 
 import torch
 import torch.nn.functional as F
+from transformers import DynamicCache
 
 # pacer_draft_forward=: "auto" (lean when the draft qualifies), "lean" (or raise), "model" (its forward).
 DRAFT_FORWARDS = ("auto", "lean", "model")
@@ -168,8 +169,6 @@ class LeanDraft:
 
     def _mismatch(self, draft: torch.nn.Module) -> str | None:
         """Compare with the draft's forward on a probe (prefill, one token, two tokens after a cache)."""
-        from transformers import DynamicCache
-
         vocab = self.embed.shape[0]
         probe = (torch.arange(11, device=self.device) * 7919 + 13) % vocab
         kv, cache = self.new_cache(4), DynamicCache(config=draft.config)
