@@ -19,7 +19,7 @@ import torch
 from transformers import LogitsProcessorList, StoppingCriteria
 
 from ._hf_compat import AssistedCandidateGenerator, crop_cache
-from .lean_draft import DRAFT_FORWARDS, LeanDraft
+from .lean_draft import LeanDraft
 from .modeling_pacer import PacerPreVerifier, draft_features
 from .stats import PacerStats
 
@@ -144,16 +144,15 @@ class PacerCandidateGenerator(AssistedCandidateGenerator):
         self.lean = self._choose_forward(draft_forward)
 
     def _choose_forward(self, draft_forward: str) -> LeanDraft | None:
-        """The lean forward, or None for the draft's own (`stats.draft_forward` records which)."""
-        if draft_forward not in DRAFT_FORWARDS:
-            raise ValueError(f"pacer_draft_forward={draft_forward!r}: choose one of {DRAFT_FORWARDS} (default 'auto').")
-        lean, reason = (None, None) if draft_forward == "model" else LeanDraft.for_model(self.draft,
-                                                                                         self.main_model_max_length)
-        if draft_forward == "lean" and lean is None:
-            raise ValueError(f"pacer_draft_forward='lean' cannot run this draft: {reason}. "
-                             "Pass pacer_draft_forward='model' (or 'auto') to use the draft's own forward.")
-        if draft_forward == "auto" and self.decode_step is not None:
-            lean = None  # compile_draft asked for the compiled forward
+        """The lean forward, or None for the draft's own (`stats.draft_forward` records which).
+
+        `draft_forward` was validated by `generate`; under "auto" a `compile_draft`ed draft runs compiled."""
+        lean = None
+        if draft_forward == "lean" or (draft_forward == "auto" and self.decode_step is None):
+            lean, reason = LeanDraft.for_model(self.draft, self.main_model_max_length)
+            if draft_forward == "lean" and lean is None:
+                raise ValueError(f"pacer_draft_forward='lean' cannot run this draft: {reason}. "
+                                 "Pass pacer_draft_forward='model' (or 'auto') to use the draft's own forward.")
         self.stats.draft_forward = "lean" if lean is not None else "compiled" if self.decode_step else "model"
         return lean
 
