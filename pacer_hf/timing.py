@@ -10,6 +10,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ._hf_compat import crop_cache
+from .lean_draft import LeanDraft
 
 
 @torch.no_grad()
@@ -25,28 +26,14 @@ def cached_forward_timer(
     tokens = torch.randint(0, vocab, (1, width), generator=generator).to(model.device)
     extra = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
     cache = model(input_ids=prefix, use_cache=True).past_key_values
-    cuda = model.device.type == "cuda"
-
-    @torch.no_grad()
-    def once() -> float:
-        if cuda:
-            torch.cuda.synchronize(model.device)
-        start = time.perf_counter()
-        model(input_ids=tokens, past_key_values=cache, use_cache=True, **extra)
-        if cuda:
-            torch.cuda.synchronize(model.device)
-        elapsed = time.perf_counter() - start
-        crop_cache(cache, context)
-        return elapsed
-
-    return once
+    return _cropping_timer(lambda: model(input_ids=tokens, past_key_values=cache, use_cache=True, **extra),
+                           cache, context, model.device)
 
 
+@torch.no_grad()
 def draft_step_timer(draft: PreTrainedModel, context: int = 32) -> Callable[[], float]:
     """Like `cached_forward_timer(draft, 1, context, 1)`, through the draft forward pacer_hf's drafting loop
     uses (`pacer_draft_forward="auto"`): the lean forward when the draft qualifies, else its `forward`."""
-    from .lean_draft import LeanDraft
-
     lean, _ = LeanDraft.for_model(draft, context + 1)
     if lean is None:
         return cached_forward_timer(draft, 1, context, logits_to_keep=1)
@@ -54,17 +41,23 @@ def draft_step_timer(draft: PreTrainedModel, context: int = 32) -> Callable[[], 
     prefix = torch.randint(0, lean.embed.shape[0], (1, context + 1), generator=generator).to(lean.device)
     kv = lean.new_cache(context + 1)
     lean(prefix[:, :context], kv)
-    cuda = lean.device.type == "cuda"
+    return _cropping_timer(lambda: lean(prefix[:, context:], kv), kv, context, lean.device)
 
+
+def _cropping_timer(step: Callable[[], object], cache, context: int, device: torch.device) -> Callable[[], float]:
+    """Seconds of `step()` (CUDA synchronized around it), with `cache` cropped back to `context` after each call."""
+    cuda = device.type == "cuda"
+
+    @torch.no_grad()
     def once() -> float:
         if cuda:
-            torch.cuda.synchronize(lean.device)
+            torch.cuda.synchronize(device)
         start = time.perf_counter()
-        lean(prefix[:, context:], kv)
+        step()
         if cuda:
-            torch.cuda.synchronize(lean.device)
+            torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - start
-        kv.crop(-1)
+        crop_cache(cache, context)
         return elapsed
 
     return once
