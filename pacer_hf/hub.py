@@ -2,7 +2,10 @@
 
 A pre-verifier repo holds `model.safetensors`, `config.json` (with `auto_map`), the remote-code files
 `configuration_pacer.py`/`modeling_pacer.py` (copied by transformers' `save_pretrained` from this
-package, never by hand) and a README.md rendered from `hub_cards/templates/preverifier_card.md`.
+package, never by hand) and a README.md rendered from `hub_cards/templates/preverifier_card.md`
+(`pacer_hf._paths.hub_cards_dir()`: the checkout's hub_cards/, or the copy a wheel carries).
+A pre-verifier object from another copy of the code (loaded with `trust_remote_code=True`) is
+published like pacer_hf's own (`PacerPreVerifier.from_other_copy`).
 The `custom_generate` repo is assembled from this package's own modules (one source of truth):
 `hub_generate.py` becomes `custom_generate/generate.py`, the modules it imports sit next to it.
 Numbers in a card come only from `config.calibration` or `pacer_metrics.json`; else "not measured".
@@ -10,7 +13,6 @@ Numbers in a card come only from `config.calibration` or `pacer_metrics.json`; e
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import shutil
@@ -18,17 +20,17 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._paths import hub_cards_dir
+from .custom_generate_code import write_custom_generate_code
 from .modeling_pacer import PacerPreVerifier
 
 if TYPE_CHECKING:
     from huggingface_hub import CommitInfo
+    from transformers import PreTrainedModel
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-HUB_CARDS_DIR = PACKAGE_DIR.parent / "hub_cards"
+HUB_CARDS_DIR = hub_cards_dir()
 PREVERIFIER_TEMPLATE = HUB_CARDS_DIR / "templates" / "preverifier_card.md"
 CUSTOM_GENERATE_TEMPLATE = HUB_CARDS_DIR / "templates" / "custom_generate_card.md"
-CUSTOM_GENERATE_REQUIREMENTS = HUB_CARDS_DIR / "custom-generate" / "custom_generate" / "requirements.txt"
-CUSTOM_GENERATE_ENTRY = "hub_generate"  # pacer_hf module shipped as custom_generate/generate.py
 METRICS_FILE = "pacer_metrics.json"
 TRAIN_RESULTS_FILE = "train_results.json"
 DEFAULT_CUSTOM_GENERATE_REPO = "<org>/pacer"
@@ -36,8 +38,6 @@ CARD_TAGS = ["pacer", "pacer_hf", "speculative-decoding", "pre-verifier", "custo
 NOT_MEASURED = "not measured"
 _PICKLE_PATTERNS = ["*.bin", "*.pt", "*.pth", "*.pkl", "*.ckpt"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
-# transformers' remote-code loader follows only this form of relative import (dynamic_module_utils.py)
-_LOADER_RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.(\S+)\s+import", flags=re.MULTILINE)
 
 
 # --------------------------------------------------------------------------- model cards
@@ -51,8 +51,9 @@ def _hub_id(name: Any) -> str | None:
 def _template(path: Path) -> str:
     if not path.is_file():
         raise FileNotFoundError(
-            f"Card template {path} is missing: pacer_hf's card templates live in the source tree's hub_cards/ "
-            "folder; install pacer_hf from a source checkout (pip install -e .) or pass template=<path>."
+            f"Card template {path} is missing: pacer_hf's card templates live in hub_cards/templates (the "
+            "checkout's hub_cards/, or pacer_hf/hub_cards in an installed wheel); reinstall pacer_hf or pass "
+            "template=<path>."
         )
     return path.read_text(encoding="utf-8")
 
@@ -248,7 +249,7 @@ def _numel(shape: list[int]) -> int:
 
 # --------------------------------------------------------------------------- pre-verifier repos
 def build_preverifier_repo(
-    source: str | Path | PacerPreVerifier,
+    source: str | Path | PreTrainedModel,
     out_dir: str | Path,
     *,
     repo_id: str | None = None,
@@ -260,11 +261,13 @@ def build_preverifier_repo(
 
     A folder is re-loaded (safetensors only) and re-saved, so what is published is what loads: weights,
     config with `auto_map`, the remote-code files, `pacer_metrics.json` when known, and README.md.
+    An object may come from another copy of the code (`trust_remote_code=True`): it is re-built as
+    this package's class, whose files `save_pretrained` then writes.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if isinstance(source, PacerPreVerifier):
-        model = source
+    if not isinstance(source, (str, Path)):
+        model = PacerPreVerifier.from_other_copy(source)
     else:
         folder = Path(source)
         if not (folder / "config.json").is_file():
@@ -286,7 +289,7 @@ def build_preverifier_repo(
     if metrics:
         (out_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if include_custom_generate:
-        _write_custom_generate_code(out_dir / "custom_generate")
+        write_custom_generate_code(out_dir / "custom_generate")
         card_options.setdefault("custom_generate_repo", repo_id or DEFAULT_CUSTOM_GENERATE_REPO)
     (out_dir / "README.md").write_text(render_preverifier_card(out_dir, repo_id, **card_options), encoding="utf-8")
     return out_dir
@@ -311,7 +314,7 @@ def _upload(folder: Path, repo_id: str, *, revision: str | None, tag: str | None
 
 
 def push_preverifier(
-    source: str | Path | PacerPreVerifier,
+    source: str | Path | PreTrainedModel,
     repo_id: str,
     *,
     revision: str | None = None,
@@ -324,15 +327,16 @@ def push_preverifier(
     tags: list[str] | None = None,
     metrics: dict | None = None,
     include_custom_generate: bool = False,
-    max_shard_size: int | str | None = None,
     **card_options: Any,
 ) -> CommitInfo:
     """Upload a pre-verifier (folder or object) as a complete repo; returns huggingface_hub's CommitInfo.
 
+    This is the publishing API (`pacer-hf push` calls it); `PacerPreVerifier.push_to_hub` is transformers'
+    plain upload of weights, config and remote code, without the model card or the checks below.
+
     `revision` names the branch (created from main if new), `tag` tags the new commit. Pickle weight
     files left in the repo by earlier uploads are deleted, so the repo only ever offers safetensors.
     """
-    del max_shard_size  # a pre-verifier is a few MB: always one safetensors file
     with tempfile.TemporaryDirectory(prefix="pacer-push-") as tmp:
         folder = build_preverifier_repo(source, tmp, repo_id=repo_id, metrics=metrics, tags=tags,
                                         include_custom_generate=include_custom_generate, **card_options)
@@ -342,59 +346,6 @@ def push_preverifier(
 
 
 # --------------------------------------------------------------------------- custom_generate repo
-def _relative_imports(path: Path) -> set[str]:
-    """Modules a file imports relatively, in both forms (`from .x import y`, `from . import x`)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found.update([node.module] if node.module else [alias.name for alias in node.names])
-    return found
-
-
-def custom_generate_modules() -> list[str]:
-    """pacer_hf modules the entry point needs (transitively), checked to be fetchable by transformers.
-
-    The remote-code loader only follows `from .x import` lines, so every needed module must be reached
-    that way from some shipped file; otherwise users would hit an ImportError only on the Hub path.
-    """
-    needed, todo = set(), [CUSTOM_GENERATE_ENTRY]
-    while todo:
-        name = todo.pop()
-        for module in _relative_imports(PACKAGE_DIR / f"{name}.py"):
-            if "." in module or not (PACKAGE_DIR / f"{module}.py").is_file():
-                raise RuntimeError(f"pacer_hf/{name}.py imports .{module}, which is not a top-level module file; "
-                                   "the custom_generate repo can only ship flat modules.")
-            if module not in needed:
-                needed.add(module)
-                todo.append(module)
-    fetched, todo = set(), [CUSTOM_GENERATE_ENTRY]
-    while todo:
-        text = (PACKAGE_DIR / f"{todo.pop()}.py").read_text(encoding="utf-8")
-        for module in _LOADER_RELATIVE_IMPORT.findall(text):
-            if module not in fetched:
-                fetched.add(module)
-                todo.append(module)
-    if unreachable := needed - fetched:
-        raise RuntimeError(
-            f"{sorted(unreachable)} are imported only as `from . import x`, which transformers' loader does not "
-            f"fetch: add `from .{sorted(unreachable)[0]} import ...` to pacer_hf/{CUSTOM_GENERATE_ENTRY}.py."
-        )
-    return sorted(needed)
-
-
-def _write_custom_generate_code(folder: Path) -> list[Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    written = [folder / "generate.py"]
-    shutil.copyfile(PACKAGE_DIR / f"{CUSTOM_GENERATE_ENTRY}.py", written[0])
-    for module in custom_generate_modules():
-        shutil.copyfile(PACKAGE_DIR / f"{module}.py", folder / f"{module}.py")
-        written.append(folder / f"{module}.py")
-    if not CUSTOM_GENERATE_REQUIREMENTS.is_file():
-        raise FileNotFoundError(f"{CUSTOM_GENERATE_REQUIREMENTS} is missing (hub_cards/ of the source checkout).")
-    shutil.copyfile(CUSTOM_GENERATE_REQUIREMENTS, folder / "requirements.txt")
-    return written + [folder / "requirements.txt"]
-
-
 def build_custom_generate_repo(out_dir: str | Path, *, repo_id: str | None = None,
                                template: str | Path | None = None) -> Path:
     """Write the `custom_generate` repo (README.md + custom_generate/) into `out_dir`, from this package."""
@@ -403,7 +354,7 @@ def build_custom_generate_repo(out_dir: str | Path, *, repo_id: str | None = Non
     from . import __version__
 
     out_dir = Path(out_dir)
-    _write_custom_generate_code(out_dir / "custom_generate")
+    write_custom_generate_code(out_dir / "custom_generate")
     requirements = (out_dir / "custom_generate" / "requirements.txt").read_text(encoding="utf-8")
     lines = [line for line in requirements.splitlines() if line.strip() and not line.startswith("#")]
     card = ModelCard.from_template(

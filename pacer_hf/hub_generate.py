@@ -2,8 +2,9 @@
 
 `model.generate(ids, custom_generate="<org>/pacer", trust_remote_code=True, assistant_model=draft, pacer=...)`
 runs pacer_hf without installing it: transformers downloads this file and, through the relative
-imports below, the unchanged pacer_hf modules that `pacer_hf.hub.build_custom_generate_repo` puts
-next to it, then calls `generate(model=model, **every_generate_argument)`. The call takes exactly
+imports below, the pacer_hf modules that `pacer_hf.hub.build_custom_generate_repo` puts next to it
+(flattened into one folder: `custom_generate_code.py`), then calls
+`generate(model=model, **every_generate_argument)`. The call takes exactly
 the path of `pacer_hf.enable(model)` + `model.generate(...)`, so the tokens are the same.
 """
 
@@ -14,23 +15,19 @@ from transformers import PreTrainedModel
 # Every module is imported in the `from .x import y` form: transformers' remote-code loader fetches
 # the files it finds that way (it does not see `from . import x`), so this list keeps the repo complete.
 from ._hf_compat import check_supported
-from .candidate_generator import PacerCandidateGenerator  # noqa: F401  (fetched for generation)
 from .configuration_pacer import PacerConfig  # noqa: F401  (fetched for modeling_pacer)
-from .generation import disable, enable
-from .modeling_pacer import PacerPreVerifier  # noqa: F401  (fetched for generation)
-from .ouroboros import OuroborosConfig  # noqa: F401  (registers pacer="ouroboros", "pacer+ouroboros")
-from .pearl import PearlConfig  # noqa: F401  (registers pacer="pearl", "pearl-sequential", "pacer+pearl")
-from .stats import PacerStats  # noqa: F401  (fetched for generation)
+from .generation import disable, enable  # imports the strategy registry, which registers every strategy
 
-_ENABLE_STATE = ("generate", "_get_candidate_generator", "_pacer_plain_generate", "_pacer_call", "_pacer_loaded")
+_ENABLE_STATE = ("generate", "_get_candidate_generator", "_pacer_plain_generate", "_pacer_transformers_call",
+                 "_pacer_loaded")
 
 
 def generate(model: PreTrainedModel, *args, **kwargs):
     """`generate` as after `pacer_hf.enable(model)`, for this call only; the model is left as it was.
 
     `pacer=` takes the same values as with pacer_hf (True, a Hub id or path, a `PacerPreVerifier` from
-    pacer_hf or from `AutoModel(..., trust_remote_code=True)`, "sd-fixed-<n>", the names in STRATEGIES
-    such as "ouroboros" or "pearl").
+    pacer_hf or from `AutoModel(..., trust_remote_code=True)`, a strategy name such as "sd-fixed-<n>",
+    "ouroboros" or "pearl", or a strategy config).
     Stats of the call are on `model._pacer_last_stats` (`pacer_hf.last_stats(model)` if installed).
     """
     check_supported()

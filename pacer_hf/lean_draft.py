@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 # pacer_draft_forward=: "auto" (lean when the draft qualifies), "lean" (or raise), "model" (its forward).
-DRAFT_FORWARDS = ("auto", "lean", "model")
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
 _TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4}  # relative to the largest logit; 16-bit: 3e-2
 _CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(dtype, device): reason}

@@ -9,10 +9,13 @@ Everything that decides tokens is done as transformers does it (logits processor
 the acceptance rule, EOS and length truncation, stopping criteria), so the output equals
 `pacer_loop="transformers"` token for token and, under sampling, random draw for random draw.
 `pacer_hf.enable` passes this function to `generate(custom_generate=...)`; transformers 5.23
-gives such a callable neither the draft nor the streamer, so they come bound with functools.partial.
+gives such a callable neither the draft nor the streamer, so they come bound with functools.partial,
+together with the strategy's candidate-generator factory.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from transformers import Cache, PreTrainedModel, StaticCache
@@ -24,7 +27,13 @@ from transformers.generation import (
     StoppingCriteriaList,
 )
 
-from ._hf_compat import crop_cache, eos_tensor, speculative_sampling
+from ._hf_compat import (
+    CandidateGenerator,
+    crop_cache,
+    default_candidate_generator,
+    eos_tensor,
+    speculative_sampling,
+)
 
 FALLBACK = "pass pacer_loop='transformers' to verify in transformers' own loop"
 _KNOWN_KWARGS = {"past_key_values", "use_cache", "logits_to_keep", "attention_mask", "position_ids"}
@@ -41,21 +50,22 @@ def lean_assisted_decoding(
     streamer: BaseStreamer | None = None,
     inputs_tensor: torch.Tensor | None = None,
     assistant_model: PreTrainedModel | None = None,
+    candidate_generator: Callable[[GenerationConfig, LogitsProcessorList], CandidateGenerator] | None = None,
     **model_kwargs,
 ) -> GenerateDecoderOnlyOutput | torch.LongTensor:
-    """A `custom_generate` decoding method: speculative decoding with `model` verifying `assistant_model`."""
+    """A `custom_generate` decoding method: speculative decoding with `model` verifying `assistant_model`.
+
+    `candidate_generator(generation_config, logits_processor)` builds this call's candidate generator
+    (pacer_hf binds its strategy's factory here); without it, transformers' own choice for the model.
+    """
     config = generation_config
     cache = _check(model, input_ids, config, synced_gpus, assistant_model, model_kwargs)
-    generator = model._get_candidate_generator(  # on a pacer_hf-enabled model: this call's strategy
-        generation_config=config,
-        input_ids=input_ids,
-        inputs_tensor=inputs_tensor,
-        assistant_model=assistant_model,
-        logits_processor=logits_processor,
-        target_tokenizer=None,
-        assistant_tokenizer=None,
-        model_kwargs=model_kwargs,
-    )
+    if candidate_generator is not None:
+        generator = candidate_generator(config, logits_processor)
+    else:
+        generator = default_candidate_generator(
+            model, config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model, None, None
+        )
     if generator.requires_model_outputs:
         raise ValueError(f"{type(generator).__name__} needs the target's hidden states; {FALLBACK}.")
     keep_scores = config.return_dict_in_generate and config.output_scores

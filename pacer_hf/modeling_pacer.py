@@ -1,9 +1,11 @@
 """The Pacer pre-verifier: a small causal transformer layer over the tokens drafted in a round.
 
-Self-contained (torch, transformers and `configuration_pacer` only) so a Hub repository can carry
-it for `trust_remote_code=True`. Every drafted token i contributes the draft's last hidden state h_i
-(input of the draft's `lm_head`) and three cheap features of the draft distribution; the layer
-outputs the logit of "token i is accepted given tokens < i were accepted" (DESIGN §2).
+Self-contained (torch, transformers and its dependencies, `configuration_pacer`; never the rest of
+pacer_hf) so a Hub repository can carry it for `trust_remote_code=True`. Every drafted token i
+contributes the draft's last hidden state h_i (input of the draft's `lm_head`) and three cheap
+features of the draft distribution; the layer outputs the logit of "token i is accepted given tokens
+< i were accepted" (pacer_hf's docs/ALGORITHM.md). Publishing with a model card is
+`pacer_hf.hub.push_preverifier`; `push_to_hub` is transformers' plain upload.
 """
 
 from __future__ import annotations
@@ -116,12 +118,37 @@ class PacerPreVerifier(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs) -> PacerPreVerifier:
-        """As in transformers, but safetensors only: a pickle (`pytorch_model.bin`) can run code on load."""
+        """As in transformers, but safetensors only: a pickle (`pytorch_model.bin`) can run code on load.
+
+        A corrupt `model.safetensors` raises an OSError naming the file and how to replace it.
+        """
+        import os
+
+        from safetensors import SafetensorError
+
         if kwargs.get("use_safetensors") is False:
             raise ValueError("PacerPreVerifier loads safetensors weights only (use_safetensors=False is refused).")
         kwargs["use_safetensors"] = True
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        except SafetensorError as error:
+            source = str(pretrained_model_name_or_path)
+            name = "/".join(part for part in (kwargs.get("subfolder"), "model.safetensors") if part)
+            path = os.path.join(source, name) if os.path.isdir(source) else f"{name} of {source}"
+            if not os.path.isdir(source):  # a Hub repo: the copy in the local cache is the corrupt one
+                from huggingface_hub import try_to_load_from_cache
+
+                try:
+                    cached = try_to_load_from_cache(source, name, cache_dir=kwargs.get("cache_dir"),
+                                                    revision=kwargs.get("revision"))
+                except ValueError:  # not a valid repo id
+                    cached = None
+                path = cached if isinstance(cached, str) else path
+            raise OSError(
+                f"{path} is not a readable safetensors file ({error}); it is corrupt or was cut short. "
+                "Download it again (from_pretrained(..., force_download=True) for a Hub repo) or re-save the "
+                "pre-verifier with save_pretrained."
+            ) from error
         except OSError as error:
             message = str(error)
             if "model.safetensors" not in message or not ("no file named" in message or "cannot be loaded" in message):
@@ -149,17 +176,6 @@ class PacerPreVerifier(PreTrainedModel):
         if parameter is not None:
             local.to(device=parameter.device, dtype=parameter.dtype)
         return local.train(module.training)
-
-    def push_to_hub(self, repo_id: str, **kwargs) -> str:
-        """Publish weights, config, remote code and a model card (pacer_hf.hub.push_preverifier).
-
-        Without pacer_hf installed (a remote-code copy of this file) it falls back to transformers' upload.
-        """
-        try:
-            from pacer_hf.hub import push_preverifier
-        except ImportError:
-            return super().push_to_hub(repo_id, **kwargs)
-        return push_preverifier(self, repo_id, **kwargs)
 
     @classmethod
     def from_draft(cls, draft_model: PreTrainedModel, **config_overrides) -> PacerPreVerifier:
@@ -210,17 +226,42 @@ class PacerPreVerifier(PreTrainedModel):
             loss = loss / weight.sum().clamp_min(1e-8)
         return PacerOutput(loss=loss, logits=logits)
 
-    def survival(self, token_logits: torch.Tensor, block_size: int) -> float:
-        """Predicted probability that the last block (rule "block") or the whole round survives."""
-        probs = torch.sigmoid(token_logits.float())
-        if self.config.decision_rule == "block":
-            probs = probs[-block_size:]
-        return float(probs.prod())
+    def check_draft(self, draft_model: PreTrainedModel) -> None:
+        """Refuse a draft other than the one this pre-verifier reads (hidden size, architecture)."""
+        config = self.config
+        lm_head = draft_model.get_output_embeddings()
+        hidden = int(lm_head.weight.shape[1]) if lm_head is not None else None
+        if hidden != config.draft_hidden_size:
+            raise ValueError(
+                f"The pre-verifier expects draft hidden size {config.draft_hidden_size}, the draft has {hidden}: it "
+                f"was built for another draft ({config.draft_model or 'unnamed'}). Use a pre-verifier trained for "
+                "this draft, or PacerPreVerifier.from_draft(draft) and train it."
+            )
+        recorded, actual = config.draft_signature, draft_signature(draft_model.config)
+        if recorded and any(recorded.get(k) not in (None, v) for k, v in actual.items()):
+            raise ValueError(
+                f"The pre-verifier was trained for draft {config.draft_model or ''} {recorded}, but the draft is "
+                f"{actual}. Use a pre-verifier trained for this draft."
+            )
 
-    def passes(self, survival: float) -> bool:
-        """Block decision: threshold 0 always passes, threshold 1 never does (exactly as configured)."""
-        threshold = self.config.threshold
-        return threshold <= 0.0 or (threshold < 1.0 and survival >= threshold)
+    def decide(self, token_logits: torch.Tensor) -> tuple[bool, int]:
+        """After a block: `(stop, trim)`. The whole Pacer decision, given the round's acceptance logits.
+
+        The block passes when its predicted survival (product of its tokens' acceptance probabilities;
+        the whole round's with `decision_rule="cumulative"`) is at least `threshold`; threshold 0 always
+        passes, 1 never does. A failed block is sent whole (stop-only, exact under sampling) unless
+        `trim_failed_block`, which drops its tokens from the first one predicted below `trim_cutoff`.
+        """
+        config = self.config
+        probs = torch.sigmoid(token_logits.float())
+        block = probs[-config.block_size :]
+        survival = float((block if config.decision_rule == "block" else probs).prod())
+        if config.threshold <= 0.0 or (config.threshold < 1.0 and survival >= config.threshold):
+            return False, 0
+        if not config.trim_failed_block:
+            return True, 0
+        kept = int((block >= config.trim_cutoff).long().cumprod(0).sum())
+        return True, block.shape[0] - kept
 
 
 # save_pretrained writes `auto_map` and the code files: AutoModel loads the repo with trust_remote_code=True.

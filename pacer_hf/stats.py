@@ -29,7 +29,7 @@ class PacerStats:
 
     @property
     def tau(self) -> float:
-        """Mean tokens produced per target forward (DESIGN §6)."""
+        """Mean tokens produced per target forward (docs/ALGORITHM.md §5)."""
         return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
 
     @property

@@ -4,7 +4,7 @@
         --files /work/tiny/heldout.txt --prompts 6 --prompt-tokens 128 --new-tokens 96
 
 Greedy by default (every strategy's output is checked against sd-fixed, all are exact, so a mismatch
-aborts), or sampling with --temperature. CPU, one thread. τ = new tokens / target forwards (DESIGN §6).
+aborts), or sampling with --temperature. CPU, one thread. τ = new tokens / target forwards (docs/ALGORITHM.md §5).
 """
 
 from __future__ import annotations

@@ -87,6 +87,17 @@ def pair():
     return make
 
 
+@pytest.fixture(scope="module")
+def sampling_pair():
+    """A float64 pair over a 10-token vocabulary whose noisy draft is partly accepted under sampling."""
+    from helpers import VOCAB
+
+    target = build_model("llama", vocab_size=VOCAB, hidden=32, seed=3).double()
+    draft = build_draft(target, "noisy", noise=0.3)
+    pacer_hf.enable(target)
+    return target, draft
+
+
 def make_preverifier(draft, seed: int = 0, **overrides) -> PacerPreVerifier:
     """An untrained pre-verifier whose random logits vary a lot, so blocks both pass and fail."""
     torch.manual_seed(seed)

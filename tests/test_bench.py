@@ -17,12 +17,12 @@ from pacer_hf.bench.prompts import check_categories
 from pacer_hf.bench.report import check_out_dir, write_outputs
 from pacer_hf.bench.strategies import resolve_strategies
 from pacer_hf.cli import main
-from pacer_hf.generation import STRATEGIES
+from pacer_hf.strategies import STRATEGIES
 from pacer_hf.training.simulate import CostModel
 
 STRATEGY_SET = ["ar", "sd-fixed-2", "sd-fixed-4", "hf-fixed-2", "hf-heuristic", "hf-confidence",
                 "hf-confidence-static", "pacer", "pacer-b1", "oracle",
-                *[name for name in ("pearl", "ouroboros", "pacer+ouroboros") if name in STRATEGIES]]
+                "pearl", "ouroboros", "pacer+ouroboros"]
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +113,10 @@ def test_unknown_names_error(monkeypatch):
         resolve_strategies(["nope"], False)
     with pytest.raises(ValueError, match="needs a trained pre-verifier"):
         resolve_strategies(["pacer"], False)
-    monkeypatch.delitem(STRATEGIES, "pearl", raising=False)
-    with pytest.raises(ValueError, match="not available in this install"):
+    with pytest.raises(ValueError, match="'pacer\\+ouroboros' needs a pre-verifier"):
+        resolve_strategies(["pacer+ouroboros"], False)
+    monkeypatch.delitem(STRATEGIES, "pearl")
+    with pytest.raises(ValueError, match="Unknown strategy 'pearl'"):
         resolve_strategies(["pearl"], False)
     with pytest.raises(ValueError, match="Unknown prompt category"):
         check_categories(["humaneval", "poetry"])

@@ -78,6 +78,30 @@ def test_bad_pacer_values(pair):
         target.generate(IDS, max_new_tokens=4, assistant_model=draft, pacer="sd-fixed-0")
 
 
+def test_errors_a_new_user_hits_first(pair, monkeypatch):
+    """Each fails at once, before any download or forward, naming the argument and the fix."""
+    import huggingface_hub
+
+    target, draft = pair()
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("a strategy-name typo must not reach the Hub")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_download)
+    with pytest.raises(ValueError, match=r"pacer='pearll' is neither a strategy.*Did you mean 'pearl'\?.*sd-fixed-<γ>"):
+        target.generate(IDS, max_new_tokens=4, assistant_model=draft, pacer="pearll")
+    with pytest.raises(ValueError, match=r"Did you mean 'sd-fixed-3'\?"):
+        target.generate(IDS, max_new_tokens=4, assistant_model=draft, pacer="sd-fixd-3")
+    with pytest.raises(ValueError, match=r"pacer='/no/such/folder': no such folder"):
+        target.generate(IDS, max_new_tokens=4, assistant_model=draft, pacer="/no/such/folder")
+    with pytest.raises(ValueError, match=r"not beam search \(num_beams=2\); pass num_beams=1"):
+        target.generate(IDS, max_new_tokens=4, assistant_model=draft, pacer="sd-fixed-2", num_beams=2)
+    with pytest.raises(ValueError, match="at least one token"):
+        target.generate(IDS[:, :0], max_new_tokens=4, assistant_model=draft, pacer="sd-fixed-2")
+    with pytest.raises(ValueError, match="strategy_type='warp' is not registered"):
+        target.generate(IDS, max_new_tokens=4, assistant_model=draft, pacer={"strategy_type": "warp"})
+
+
 def test_trim_refused_for_sampling(pair):
     target, draft = pair()
     pv = make_preverifier(draft, trim_failed_block=True)
@@ -112,7 +136,7 @@ def test_no_hook_or_state_left_after_an_error(pair):
         target.generate(IDS, max_new_tokens=20, do_sample=False, assistant_model=draft, pacer=pv,
                         logits_processor=LogitsProcessorList([_FailAfter(7)]))
     assert not draft.get_output_embeddings()._forward_pre_hooks
-    assert target._pacer_call is None
+    assert target._pacer_transformers_call is None
     out = target.generate(IDS, max_new_tokens=20, do_sample=False, assistant_model=draft, pacer=pv)
     assert torch.equal(out, plain_greedy(target, IDS, max_new_tokens=20))
     assert not draft.get_output_embeddings()._forward_pre_hooks

@@ -1,31 +1,19 @@
-"""Greedy decoding through Pacer is token-identical to the target alone (DESIGN §5).
+"""Greedy decoding through Pacer is token-identical to the target alone (docs/ALGORITHM.md).
 
-A peer of transformers' own assisted-generation tests, over architectures, draft kinds, block
-sizes, thresholds, EOS and length edges and active logits processors.
+Pacer's own settings (block sizes, thresholds, decision rules, trimming) over architectures and draft
+kinds; EOS, length and logits-processor edges for every strategy are in test_strategies_conformance.py.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ARCHITECTURES, DRAFT_KINDS, logits_processor_case, make_preverifier, plain_greedy
+from conftest import ARCHITECTURES, DRAFT_KINDS, make_preverifier, plain_greedy
+from helpers import prompt, round_budgets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pacer_hf
-
-
-def prompt(length: int = 6, seed: int = 0, vocab: int = 96) -> torch.Tensor:
-    return torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
-
-
-def round_budgets(stats, prompt_len: int, max_new_tokens: int, cap: int) -> list[int]:
-    """The draft length each round may use: the cap, or what max_new_tokens leaves (minus the bonus token)."""
-    budgets, length = [], prompt_len
-    for accepted in stats.accepted:
-        budgets.append(max(0, min(cap, prompt_len + max_new_tokens - length - 1)))
-        length += accepted + 1
-    return budgets
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -74,45 +62,6 @@ def test_fixed_length_loop_identical(pair, strategy):
     assert torch.equal(out, expected)
     gamma = int(strategy.rsplit("-", 1)[1])
     assert max(pacer_hf.last_stats(target).draft_lengths) == gamma
-
-
-@pytest.mark.parametrize("arch", ARCHITECTURES)
-@pytest.mark.parametrize("eos_position", [1, 4, 6])
-def test_eos_inside_a_block(pair, arch, eos_position):
-    """EOS drafted mid-block by an exact copy: generation stops exactly where the target stops."""
-    target, draft = pair(arch, "copy")
-    ids = prompt(seed=11)
-    free = plain_greedy(target, ids, max_new_tokens=12)
-    eos = int(free[0, ids.shape[1] + eos_position])
-    expected = plain_greedy(target, ids, max_new_tokens=12, eos_token_id=eos, pad_token_id=eos)
-    pv = make_preverifier(draft, block_size=4, threshold=0.0, max_draft_tokens=8)
-    out = target.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=draft, pacer=pv,
-                          eos_token_id=eos, pad_token_id=eos)
-    assert torch.equal(out, expected)
-    assert out.shape[1] <= ids.shape[1] + eos_position + 1
-
-
-@pytest.mark.parametrize("max_new_tokens", [1, 2, 5, 7, 13])
-def test_max_new_tokens_inside_a_block(pair, max_new_tokens):
-    target, draft = pair("llama", "copy")
-    ids = prompt(seed=2)
-    expected = plain_greedy(target, ids, max_new_tokens=max_new_tokens)
-    pv = make_preverifier(draft, block_size=4, threshold=0.0, max_draft_tokens=8)
-    out = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft, pacer=pv)
-    assert torch.equal(out, expected)
-    assert pacer_hf.last_stats(target).new_tokens == max_new_tokens
-
-
-@pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_logits_processors_active(pair, arch):
-    """Repetition penalty and min_new_tokens (with an EOS the target would otherwise emit early)."""
-    target, draft = pair(arch, "noisy")
-    ids = prompt(seed=4)
-    kwargs, expected = logits_processor_case(target, ids)
-    for threshold in (0.0, 0.5):
-        pv = make_preverifier(draft, block_size=2, threshold=threshold, max_draft_tokens=8)
-        out = target.generate(ids, do_sample=False, assistant_model=draft, pacer=pv, **kwargs)
-        assert torch.equal(out, expected)
 
 
 def test_trim_failed_block_is_exact_for_greedy(pair):

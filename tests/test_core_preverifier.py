@@ -46,19 +46,26 @@ def test_save_load_round_trip_and_auto_classes(pair, tmp_path):
     assert torch.equal(out, plain_greedy(target, ids, max_new_tokens=9))
 
 
-def test_survival_and_threshold_semantics():
-    pv = PacerPreVerifier(PacerConfig(draft_hidden_size=8, threshold=0.5, decision_rule="block"))
-    logits = torch.tensor([10.0, 10.0, -10.0, 10.0])
-    assert pv.survival(logits, block_size=2) == pytest.approx(torch.sigmoid(torch.tensor(-10.0)).item() * (1 - 4.5e-5),
-                                                              rel=1e-3)
-    assert pv.survival(logits[:2], block_size=2) > 0.99
-    cumulative = PacerPreVerifier(PacerConfig(draft_hidden_size=8, decision_rule="cumulative"))
-    assert cumulative.survival(torch.tensor([-10.0, 10.0, 10.0]), block_size=2) < 1e-4
-    assert pv.passes(0.5) and not pv.passes(0.49)
-    pv.config.threshold = 0.0
-    assert pv.passes(0.0)
-    pv.config.threshold = 1.0
-    assert not pv.passes(1.0), "threshold 1 stops after the first block even at survival 1.0"
+def test_decide_survival_threshold_and_trim():
+    """decide() is the whole rule: block or cumulative survival vs threshold, then the trim of a failed block."""
+    def decide(logits, **config):
+        config.setdefault("block_size", 2)
+        return PacerPreVerifier(PacerConfig(draft_hidden_size=8, **config)).decide(torch.tensor(logits))
+
+    sure, unsure = 10.0, -10.0
+    assert decide([sure, sure, unsure, sure], threshold=0.5) == (True, 0), "block survival ~ 0 fails"
+    assert decide([unsure, unsure, sure, sure], threshold=0.5) == (False, 0), "only the last block counts"
+    assert decide([unsure, sure, sure], threshold=0.5, decision_rule="cumulative") == (True, 0)
+    half = 0.0  # sigmoid(0) = 0.5: survival of a one-token block is exactly 0.5
+    assert decide([half], threshold=0.5, block_size=1) == (False, 0), "survival == threshold passes"
+    assert decide([half - 1e-3], threshold=0.5, block_size=1) == (True, 0)
+    assert decide([unsure], threshold=0.0, block_size=1) == (False, 0), "threshold 0 never stops"
+    assert decide([sure], threshold=1.0, block_size=1) == (True, 0), "threshold 1 stops after the first block"
+    # trimming keeps the failed block's tokens up to the first one predicted below trim_cutoff
+    assert decide([sure, sure, unsure, sure], threshold=0.9, block_size=4, trim_failed_block=True) == (True, 2)
+    assert decide([sure, 0.5, sure, sure], threshold=0.99, block_size=4, trim_failed_block=True,
+                  trim_cutoff=0.7) == (True, 3)
+    assert decide([unsure, sure], threshold=0.5, block_size=2, trim_failed_block=True) == (True, 2)
 
 
 def test_causal_layer_lets_a_block_see_only_earlier_blocks():

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from pacer_hf import demo, demo_pair
+from pacer_hf import demo
+from pacer_hf._paths import hub_cards_dir
+from pacer_hf.training import demo_pair
 
-SHIPPED = demo_pair.SHIPPED_DIR
+SHIPPED = hub_cards_dir()
 
 
 def _small_corpus(root: Path, n: int = 120) -> Path:

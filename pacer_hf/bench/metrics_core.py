@@ -1,4 +1,4 @@
-"""Per strategy x category x temperature metrics (DESIGN §6), the oracle, and the cost model behind both.
+"""Per strategy x category x temperature metrics (docs/ALGORITHM.md §5), the oracle, and the cost model behind both.
 
 Modelled time (units of one target decoding step, prefill excluded): a round that verifies L drafted tokens
 costs verify(L), plus c per draft forward the harness counted (= L for a plain draft loop), with c = t(draft step)/t(target step) and verify(L) = t(target forward over L+1

@@ -1,10 +1,18 @@
-"""PNG plots of a benchmark run: speedup bars per category, draft-length histograms (Pacer vs oracle vs fixed)."""
+"""PNG plots of a benchmark run: speedup bars per category, draft-length histograms (Pacer vs oracle vs fixed).
+
+Needs matplotlib (the `bench` extra); `pacer-hf bench` checks for it before running and skips the plots
+with a note when it is missing.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError as error:
+    raise ImportError("pacer_hf.bench.plots needs matplotlib: pip install 'pacer-hf[bench]' (or write results "
+                      "without plots: write_outputs(..., plots=False), `pacer-hf bench --no-plots`).") from error
 
 matplotlib.use("Agg")  # files only; no display on benchmark machines
 import matplotlib.pyplot as plt  # noqa: E402

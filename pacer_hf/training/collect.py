@@ -5,7 +5,8 @@ at a temperature); one batched target forward per group of proposals labels each
 greedy, 1 if it equals the target's argmax given the prefix and the drafted tokens before it (labels
 after the first rejection are -100: "accepted given tokens < i accepted"; the unmasked matches are
 kept in `labels_unmasked` for the ablation); sampling, the soft label min(1, p_target/p_draft).
-Draft hidden states are captured by the same `lm_head` forward pre-hook that generation uses.
+Draft hidden states are the `lm_head` input at the last position, captured with a forward pre-hook: the
+same quantity generation's draft forward hands the pre-verifier.
 
 Work is split into deterministic shards of positions; each finished shard is written atomically
 (`save_to_disk` to a temporary folder, then a rename), so an interrupted run resumes where it stopped
@@ -144,7 +145,7 @@ def propose_and_label(
     ids, mask = _left_pad(prefixes, device)
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
     hidden: list[torch.Tensor] = []
-    # The same capture as generation's PacerStoppingCriteria.capture_hidden: the lm_head input at the last position.
+    # The lm_head input at the last position: what generation's draft forward hands the pre-verifier.
     hook = draft.get_output_embeddings().register_forward_pre_hook(lambda m, args: hidden.append(args[0][:, -1]))
     keep = {"logits_to_keep": 1} if _accepts(draft, "logits_to_keep") else {}
     raw, drafted = [], []

@@ -1,4 +1,4 @@
-"""Simulated speedup of stop rules on recorded traces (DESIGN §6), in units of one target step.
+"""Simulated speedup of stop rules on recorded traces (docs/ALGORITHM.md §5), in units of one target step.
 
 A round drafts n tokens (the stop rule picks n), the target verifies them in one forward; with the
 acceptance a_i of each drafted token (1/0, or a soft probability) the round yields

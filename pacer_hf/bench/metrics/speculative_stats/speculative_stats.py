@@ -10,7 +10,7 @@ import datasets
 import evaluate
 import numpy as np
 
-_DESCRIPTION = """Speculative-decoding statistics over generate calls (DESIGN §6 of pacer_hf):
+_DESCRIPTION = """Speculative-decoding statistics over generate calls (docs/ALGORITHM.md §5 of pacer_hf):
 tau = new tokens / target forwards, alpha = accepted / drafted tokens, the mean and histogram of the
 draft length per round, and tokens per second when seconds are given. One example = one generate call,
 e.g. the fields of `pacer_hf.last_stats(model)`."""

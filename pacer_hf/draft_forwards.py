@@ -1,0 +1,108 @@
+"""The draft's decode step, chosen once per `generate` call: `forward(pending, cache) -> (hidden, logits)`.
+
+`hidden` is the input of the draft's `lm_head` at the last position (what the pre-verifier reads) and
+`logits` the raw logits there; `cache` is updated in place. Three kinds, recorded in `stats.draft_forward`:
+- "lean": Llama-family drafts as plain tensor ops over a preallocated KV buffer (`lean_draft.py`);
+- "compiled": a `compile_draft`ed decoder for one-token steps, the eager forward for longer inputs;
+- "model": the draft's own `forward`, with a pre-hook on `lm_head` capturing its input.
+Draft numerics never decide a token (the target verifies every one), so the choice is speed only.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import torch
+from transformers import DynamicCache
+
+from .lean_draft import LeanDraft
+from .stats import PacerStats
+
+DraftForward = Callable[[torch.Tensor, object], tuple[torch.Tensor, torch.Tensor]]
+DRAFT_FORWARDS = ("auto", "lean", "model")
+
+
+def choose_draft_forward(draft, draft_forward: str, max_length: int, stats: PacerStats) -> tuple[DraftForward, object]:
+    """The decode step and an empty cache for it; `draft_forward` was validated by `generate`.
+
+    Under "auto" a `compile_draft`ed draft runs compiled, any other draft lean when it qualifies."""
+    decode_step = draft.__dict__.get("_pacer_decode_step")  # set by compile_draft
+    if draft_forward == "lean" or (draft_forward == "auto" and decode_step is None):
+        lean, reason = LeanDraft.for_model(draft, max_length)
+        if lean is not None:
+            stats.draft_forward = "lean"
+            return lean, lean.new_cache(min(max_length, 512))
+        if draft_forward == "lean":
+            raise ValueError(f"pacer_draft_forward='lean' cannot run this draft: {reason}. "
+                             "Pass pacer_draft_forward='model' (or 'auto') to use the draft's own forward.")
+    cache = DynamicCache(config=draft.config)
+    if decode_step is not None:
+        stats.draft_forward = "compiled"
+        return _compiled_forward(draft, decode_step), cache
+    stats.draft_forward = "model"
+    return _model_forward(draft), cache
+
+
+def _model_forward(draft) -> DraftForward:
+    lm_head = draft.get_output_embeddings()
+    kwargs = {"use_cache": True}
+    if "logits_to_keep" in inspect.signature(getattr(draft, "get_base_model", lambda: draft)().forward).parameters:
+        kwargs["logits_to_keep"] = 1
+    captured: list[torch.Tensor] = []
+
+    def capture(module: torch.nn.Module, args: tuple) -> None:
+        captured.append(args[0][:, -1])
+
+    def forward(pending: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        captured.clear()
+        handle = lm_head.register_forward_pre_hook(capture)
+        try:
+            logits = draft(input_ids=pending, past_key_values=cache, **kwargs).logits[:, -1, :]
+        finally:
+            handle.remove()
+        return captured[-1], logits
+
+    return forward
+
+
+def _compiled_forward(draft, decode_step) -> DraftForward:
+    eager = _model_forward(draft)
+    lm_head = draft.get_output_embeddings()
+
+    def forward(pending: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        if pending.shape[1] != 1 or cache.get_seq_length() == 0:  # prefill and multi-token steps stay eager
+            return eager(pending, cache)
+        hidden = decode_step(input_ids=pending, past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
+        return hidden, lm_head(hidden)
+
+    return forward
+
+
+def compile_draft(draft_model, warmup: bool = True):
+    """Opt-in: compile the draft's one-token decode step with `torch.compile` (returns the draft).
+
+    The draft's decoder is compiled (dynamic shapes, its own DynamicCache) and `lm_head` stays eager.
+    Multi-token inputs (prefill, the two tokens after a fully accepted round) keep the eager forward,
+    so only one shape is compiled. Compiling takes tens of seconds on a CPU; `warmup` pays it here
+    rather than in the first call. Refused for drafts whose logits are not `lm_head(decoder(...))`.
+    """
+    decoder, lm_head = draft_model.get_decoder(), draft_model.get_output_embeddings()
+    if decoder is None or decoder is draft_model or lm_head is None:
+        raise ValueError(f"compile_draft needs a causal LM with a decoder and an lm_head; got {type(draft_model).__name__}.")
+    probe = torch.zeros((1, 4), dtype=torch.long, device=draft_model.device)
+    with torch.no_grad():
+        expected = draft_model(probe).logits
+        split = lm_head(decoder(input_ids=probe).last_hidden_state)
+    if not torch.allclose(expected, split, atol=1e-4, rtol=1e-4):
+        raise ValueError(
+            f"compile_draft: {type(draft_model).__name__}'s logits are not lm_head(decoder(x)); use the eager draft."
+        )
+    # Kept out of the module tree (not a submodule): the draft's state_dict and save_pretrained stay unchanged.
+    draft_model.__dict__["_pacer_decode_step"] = torch.compile(decoder, dynamic=True)
+    if warmup:
+        with torch.no_grad():
+            cache = decoder(input_ids=probe, use_cache=True).past_key_values
+            for token in range(2):  # two lengths, so the dynamic-shape graph is the one compiled
+                draft_model._pacer_decode_step(input_ids=probe[:, :1] + token, past_key_values=cache, use_cache=True)
+    return draft_model

@@ -1,0 +1,84 @@
+"""The package stays straight: no import cycle between pacer_hf modules, no module past 450 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pacer_hf
+
+PACKAGE = Path(pacer_hf.__file__).resolve().parent
+MAX_LINES = 450
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """pacer_hf modules `name` imports anywhere in its file (function-level imports included)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            for alias in node.names:  # `from pkg import module` imports the module, else a name of `pkg`
+                found.add(f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in known else prefix)
+    return {module for module in found if module in known and module != name}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_cycle_inside_the_package():
+    found = modules()
+    graph = {name: imports_of(name, path, set(found)) for name, path in found.items()}
+    assert graph["pacer_hf.generation"] >= {"pacer_hf.strategies", "pacer_hf.lean_loop"}, "the walk sees imports"
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_module_over_450_lines():
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"split these modules: {long}"
+
+
+def test_model_code_is_self_contained():
+    """configuration_pacer / modeling_pacer ship as Hub remote code: they import no other pacer_hf module."""
+    found = modules()
+    for name in ("pacer_hf.configuration_pacer", "pacer_hf.modeling_pacer"):
+        assert imports_of(name, found[name], set(found)) <= {"pacer_hf.configuration_pacer"}, name
