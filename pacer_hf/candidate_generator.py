@@ -31,29 +31,37 @@ class PacerStoppingCriteria(StoppingCriteria):
     def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats):
         self.preverifier = preverifier.eval()
         self.block_size = preverifier.config.block_size
+        self.device = preverifier.device
         self.stats = stats
-        self.hidden: list[torch.Tensor] = []
+        self.hidden: list[torch.Tensor] = []  # the current block's inputs only
         self.features: list[torch.Tensor] = []
+        self.past = None  # the pre-verifier's keys/values over the round's earlier blocks
+        self.token_logits: torch.Tensor | None = None  # acceptance logits of every token drafted this round
         self.trim = 0
 
     def start_round(self) -> None:
         self.hidden.clear()
         self.features.clear()
-        self.trim = 0
+        self.past, self.token_logits, self.trim = None, None, 0
 
     @torch.no_grad()
     def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
-        """Record one drafted token (draft hidden state, raw logits, id); True when drafting should stop."""
+        """Record one drafted token (draft hidden state, raw logits, id); True when drafting should stop.
+
+        At a block boundary only the new block is scored, over the round's cached keys and values."""
         self.hidden.append(hidden)
         self.features.append(draft_features(logits, token[:, 0]))  # 3 numbers: no logits are kept
-        if len(self.hidden) % self.block_size:
+        if len(self.hidden) < self.block_size:
             return False
         start = time.perf_counter()
-        device = self.preverifier.device
-        token_logits = self.preverifier(
-            torch.stack(self.hidden, 1).to(device), torch.stack(self.features, 1).to(device)
-        ).logits[0]
-        stop, self.trim = self.preverifier.decide(token_logits)
+        out = self.preverifier(torch.stack(self.hidden, 1).to(self.device), torch.stack(self.features, 1).to(self.device),
+                               past_key_values=self.past)
+        self.hidden.clear()
+        self.features.clear()
+        self.past = out.past_key_values
+        new = out.logits[0]
+        self.token_logits = new if self.token_logits is None else torch.cat((self.token_logits, new))
+        stop, self.trim = self.preverifier.decide(self.token_logits)
         self.stats.preverifier_seconds += time.perf_counter() - start
         return stop
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-DECISION_RULES = ("block", "cumulative")
+DECISION_RULES = ("block", "cumulative", "expected_gain")
 INPUT_MODES = ("both", "hidden", "features")
 NUM_DRAFT_FEATURES = 3  # log-prob of the chosen token, entropy, top-1/top-2 probability margin
 
@@ -26,7 +26,9 @@ class PacerConfig(PretrainedConfig):
         threshold (`float`): a block passes when its predicted survival probability is >= threshold.
             `0` never stops early; `1` always stops after the first block.
         decision_rule (`str`): `"block"` scores the survival of the block just drafted (product of its
-            per-token acceptance probabilities); `"cumulative"` scores the whole draft of the round.
+            per-token acceptance probabilities) against `threshold`; `"cumulative"` scores the whole draft of
+            the round; `"expected_gain"` drafts on while a longer draft is expected to yield more tokens per
+            unit of time, under the cost model in `calibration` (set by `pacer-hf calibrate`).
         input_mode (`str`): `"both"`, `"hidden"` (draft hidden states only) or `"features"`
             (draft-distribution features only); used by the ablations.
         trim_failed_block (`bool`): greedy only: cut a failed block to its predicted-accepted prefix
@@ -68,6 +70,9 @@ class PacerConfig(PretrainedConfig):
     ):
         if decision_rule not in DECISION_RULES:
             raise ValueError(f"decision_rule={decision_rule!r} is not one of {DECISION_RULES}.")
+        if decision_rule == "expected_gain" and not {"draft_cost", "verify_cost"} <= set(calibration or {}):
+            raise ValueError("decision_rule='expected_gain' needs the pair's measured costs in calibration "
+                             "(draft_cost, verify_cost): run `pacer-hf calibrate`, or use decision_rule='block'.")
         if input_mode not in INPUT_MODES:
             raise ValueError(f"input_mode={input_mode!r} is not one of {INPUT_MODES}.")
         if not 0.0 <= float(threshold) <= 1.0:

@@ -49,10 +49,12 @@ def draft_signature(draft_config) -> dict:
 
 @dataclass
 class PacerOutput(ModelOutput):
-    """Per-token acceptance logits `(batch, tokens)` and, with labels, the training loss."""
+    """Per-token acceptance logits `(batch, tokens)`, with labels the training loss, and the layer's keys and
+    values of every position so far (pass them back to score the round's next block only)."""
 
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
+    past_key_values: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 class PacerCausalLayer(nn.Module):
@@ -74,12 +76,22 @@ class PacerCausalLayer(nn.Module):
             nn.Linear(config.intermediate_size, config.hidden_size),
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """`x` holds the round's next positions; `past` the keys and values of the positions before them
+        (scoring a round block by block costs one block each time). Returns the output and all keys/values."""
         batch, length, width = x.shape
         q, k, v = self.qkv(self.attn_norm(x)).view(batch, length, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
-        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if past is not None:
+            k, v = torch.cat((past[0], k), 2), torch.cat((past[1], v), 2)
+        if past is None or length == 1:  # one new position sees every earlier one: no mask to build
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=past is None and length > 1)
+        else:  # new positions see every earlier one and, causally, each other
+            start = k.shape[2] - length
+            mask = torch.arange(k.shape[2], device=x.device) <= torch.arange(start, k.shape[2], device=x.device)[:, None]
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.out(attn.transpose(1, 2).reshape(batch, length, width))
-        return x + self.mlp(self.mlp_norm(x))
+        return x + self.mlp(self.mlp_norm(x)), (k, v)
 
 
 class PacerPreVerifier(PreTrainedModel):
@@ -200,23 +212,28 @@ class PacerPreVerifier(PreTrainedModel):
         draft_features: torch.Tensor,
         labels: torch.Tensor | None = None,
         return_dict: bool | None = None,
+        past_key_values: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs,
     ) -> PacerOutput:
         """Per-token acceptance logits for `(batch, tokens, ...)` inputs of one drafting round each.
 
         `labels` hold the acceptance target in [0, 1] per token (soft labels allowed) and -100 on
         padding; the loss is binary cross-entropy with `config.reject_weight` on the reject class.
+        With `past_key_values` (from the previous call of the same round) the inputs are the round's
+        next tokens only, and the logits are theirs: the same as a full re-run, at the cost of the new block.
         """
+        start = 0 if past_key_values is None else past_key_values[0].shape[2]
         length = draft_features.shape[1]
-        if length > self.config.max_draft_tokens:
-            raise ValueError(f"{length} drafted tokens exceed max_draft_tokens={self.config.max_draft_tokens}.")
+        if start + length > self.config.max_draft_tokens:
+            raise ValueError(f"{start + length} drafted tokens exceed max_draft_tokens={self.config.max_draft_tokens}.")
         dtype = self.position.weight.dtype
-        x = self.position.weight[:length].unsqueeze(0)
+        x = self.position.weight[start : start + length].unsqueeze(0)
         if self.hidden_proj is not None:
             x = x + self.hidden_proj(draft_hidden_states.to(dtype))
         if self.feature_proj is not None:
             x = x + self.feature_proj(draft_features.to(dtype))
-        logits = self.head(self.norm(self.layer(x))).squeeze(-1)
+        x, present = self.layer(x, past_key_values)
+        logits = self.head(self.norm(x)).squeeze(-1)
         loss = None
         if labels is not None:
             mask = labels >= 0
@@ -224,7 +241,7 @@ class PacerPreVerifier(PreTrainedModel):
             weight = (target + (1 - target) * self.config.reject_weight) * mask
             loss = F.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="sum")
             loss = loss / weight.sum().clamp_min(1e-8)
-        return PacerOutput(loss=loss, logits=logits)
+        return PacerOutput(loss=loss, logits=logits, past_key_values=present)
 
     def check_draft(self, draft_model: PreTrainedModel) -> None:
         """Refuse a draft other than the one this pre-verifier reads (hidden size, architecture)."""
@@ -247,21 +264,73 @@ class PacerPreVerifier(PreTrainedModel):
     def decide(self, token_logits: torch.Tensor) -> tuple[bool, int]:
         """After a block: `(stop, trim)`. The whole Pacer decision, given the round's acceptance logits.
 
-        The block passes when its predicted survival (product of its tokens' acceptance probabilities;
-        the whole round's with `decision_rule="cumulative"`) is at least `threshold`; threshold 0 always
-        passes, 1 never does. A failed block is sent whole (stop-only, exact under sampling) unless
-        `trim_failed_block`, which drops its tokens from the first one predicted below `trim_cutoff`.
+        `decision_rule="block"`: the block passes when its predicted survival (product of its tokens'
+        acceptance probabilities) is at least `threshold`; `"cumulative"` uses the whole round's; threshold
+        0 always passes, 1 never does. `"expected_gain"`: drafting goes on while some longer draft (more
+        blocks, up to `max_draft_tokens`) is expected to yield more tokens per unit of time than stopping
+        now, under the calibrated cost model (`expected_gain_continues`). A stopped round's last block is
+        sent whole (stop-only, exact under sampling) unless `trim_failed_block`, which drops its tokens
+        from the first one predicted below `trim_cutoff`.
         """
         config = self.config
         probs = torch.sigmoid(token_logits.float())
         block = probs[-config.block_size :]
-        survival = float((block if config.decision_rule == "block" else probs).prod())
-        if config.threshold <= 0.0 or (config.threshold < 1.0 and survival >= config.threshold):
-            return False, 0
+        if config.decision_rule == "expected_gain":
+            if expected_gain_continues(probs.tolist(), config.block_size, config.max_draft_tokens, config.calibration):
+                return False, 0
+        else:
+            survival = float((block if config.decision_rule == "block" else probs).prod())
+            if config.threshold <= 0.0 or (config.threshold < 1.0 and survival >= config.threshold):
+                return False, 0
         if not config.trim_failed_block:
             return True, 0
         kept = int((block >= config.trim_cutoff).long().cumprod(0).sum())
         return True, block.shape[0] - kept
+
+
+def round_cost(table: list[float], k: int) -> float:
+    """`table[k]`, extended linearly past its end (k = 0 is the first entry)."""
+    if k < len(table):
+        return table[k]
+    return table[-1] + (table[-1] - table[-2] if len(table) > 1 else 0.0) * (k - len(table) + 1)
+
+
+def expected_gain_continues(probs: list[float], block_size: int, max_tokens: int, costs: dict) -> bool:
+    """Whether drafting more blocks is expected to pay, after `len(probs)` drafted tokens.
+
+    `probs[i]`: predicted probability that token i is accepted given the tokens before it were. A round
+    of n drafted tokens yields 1 + sum_{i<=n} prod_{j<=i} probs[j] tokens (accepted + the target's own)
+    and costs `round_cost[n]` (measured inside generate), else n*draft_cost + verify_cost[n] +
+    round_overhead, plus preverifier_cost per block scored, all in target steps (`costs`: a calibrated
+    pre-verifier's `config.calibration`). Tokens not drafted yet are predicted accepted with the mean
+    probability of the last block. Drafting continues when some longer round, up to `max_tokens`, has a
+    higher expected rate (tokens per unit of time) than stopping now.
+    """
+    call = costs.get("preverifier_cost", 0.0)
+    if costs.get("round_cost"):
+        def time(k: int) -> float:
+            return round_cost(costs["round_cost"], k)
+    else:
+        draft, table, overhead = costs["draft_cost"], costs["verify_cost"], costs.get("round_overhead", 0.0)
+
+        def time(k: int) -> float:
+            return k * draft + round_cost(table, k) + overhead
+
+    n = len(probs)
+    calls = -(-n // block_size)
+    survival, tokens = 1.0, 1.0
+    for p in probs:
+        survival *= p
+        tokens += survival
+    rate_now = tokens / (time(n) + calls * call)
+    future = sum(probs[-block_size:]) / len(probs[-block_size:])
+    for extra in range(1, (max_tokens - n) // block_size + 1):
+        for _ in range(block_size):
+            survival *= future
+            tokens += survival
+        if tokens / (time(n + extra * block_size) + (calls + extra) * call) > rate_now:
+            return True
+    return False
 
 
 # save_pretrained writes `auto_map` and the code files: AutoModel loads the repo with trust_remote_code=True.

@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 
 import pacer_hf
 
+# A cost model for decision_rule="expected_gain" under which untrained pre-verifiers both stop and continue.
+EXPECTED_GAIN_COSTS = {"draft_cost": 0.1, "verify_cost": [1.0 + 0.05 * k for k in range(17)], "round_overhead": 0.1}
+
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 @pytest.mark.parametrize("kind", DRAFT_KINDS)
@@ -99,7 +102,7 @@ def test_dict_output_and_scores_match(pair):
     block_size=st.integers(1, 6),
     blocks=st.integers(1, 4),
     threshold=st.sampled_from([0.0, 0.2, 0.5, 0.8, 1.0]),
-    rule=st.sampled_from(["block", "cumulative"]),
+    rule=st.sampled_from(["block", "cumulative", "expected_gain"]),
     max_new_tokens=st.integers(1, 25),
     pv_seed=st.integers(0, 3),
 )
@@ -107,7 +110,8 @@ def test_property_greedy_identical(pair, arch, kind, tokens, block_size, blocks,
                                    pv_seed):
     target, draft = pair(arch, kind)
     ids = torch.tensor([tokens])
-    pv = make_preverifier(draft, seed=pv_seed, block_size=block_size, threshold=threshold, decision_rule=rule,
+    costs = {"calibration": EXPECTED_GAIN_COSTS} if rule == "expected_gain" else {}
+    pv = make_preverifier(draft, seed=pv_seed, block_size=block_size, threshold=threshold, decision_rule=rule, **costs,
                           max_draft_tokens=block_size * blocks)
     expected = plain_greedy(target, ids, max_new_tokens=max_new_tokens)
     out = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft, pacer=pv)

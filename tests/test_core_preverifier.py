@@ -111,3 +111,91 @@ def test_draft_features():
     torch.testing.assert_close(features[0, 0], probs[0, 0].log())
     torch.testing.assert_close(features[0, 1], -(probs * probs.log()).sum())
     torch.testing.assert_close(features[0, 2], probs[0, 0] - probs[0, 1])
+
+
+def test_block_by_block_scoring_equals_the_full_rerun():
+    """The round scored one block at a time over cached keys/values gives the full re-run's logits."""
+    torch.manual_seed(0)
+    pv = PacerPreVerifier(PacerConfig(draft_hidden_size=16, max_draft_tokens=12, initializer_range=0.3)).eval()
+    hidden, features = torch.randn(1, 12, 16), torch.randn(1, 12, 3)
+    full = pv(hidden, features).logits[0]
+    for blocks in ([12], [1] * 12, [3, 3, 3, 3], [2, 5, 1, 4]):
+        past, pieces, start = None, [], 0
+        for size in blocks:
+            out = pv(hidden[:, start:start + size], features[:, start:start + size], past_key_values=past)
+            past, start = out.past_key_values, start + size
+            pieces.append(out.logits[0])
+        torch.testing.assert_close(torch.cat(pieces), full, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="exceed max_draft_tokens"):
+        pv(hidden[:, :1], features[:, :1], past_key_values=past)
+
+
+def test_stopping_criteria_decisions_equal_deciding_on_the_full_rerun(pair):
+    """In generate, every block decision equals decide() on a full re-run over the round so far."""
+    from pacer_hf.candidate_generator import PacerStoppingCriteria
+    from pacer_hf.stats import PacerStats
+
+    target, draft = pair("llama", "noisy")
+    seen = 0
+    for rule, extra in (("block", {}), ("cumulative", {}), ("expected_gain", {"calibration": COSTS})):
+        pv = make_preverifier(draft, block_size=2, threshold=0.5, decision_rule=rule, max_draft_tokens=8, **extra)
+        stop = PacerStoppingCriteria(pv, PacerStats(strategy="pacer"))
+        stop.start_round()
+        hidden, features = [], []
+        generator = torch.Generator().manual_seed(1)
+        for i in range(8):
+            h, logits = torch.randn(1, 32, generator=generator), torch.randn(1, 96, generator=generator) * 3
+            token = logits.argmax(-1, keepdim=True)
+            hidden.append(h)
+            features.append(pacer_hf.draft_features(logits, token[:, 0]))
+            stopped = stop.add_token(h, logits, token)
+            if (i + 1) % 2 == 0:
+                with torch.no_grad():
+                    full = pv(torch.stack(hidden, 1), torch.stack(features, 1)).logits[0]
+                assert (stopped, stop.trim) == pv.decide(full), (rule, i)
+                seen += 1
+            else:
+                assert not stopped
+    assert seen == 12
+
+
+COSTS = {"draft_cost": 0.1, "verify_cost": [1.0 + 0.05 * k for k in range(17)], "round_overhead": 0.1,
+         "preverifier_cost": 0.02}
+
+
+def test_expected_gain_rule():
+    from pacer_hf.modeling_pacer import expected_gain_continues
+
+    assert expected_gain_continues([0.95, 0.95], 2, 8, COSTS), "likely accepted and cheap: draft on"
+    assert not expected_gain_continues([0.1, 0.05], 2, 8, COSTS), "likely rejected: stop"
+    assert not expected_gain_continues([0.95] * 8, 2, 8, COSTS), "at the cap there is nothing more to draft"
+    expensive = {**COSTS, "draft_cost": 2.0}
+    assert not expected_gain_continues([0.9, 0.9], 2, 8, expensive), "drafting dearer than the target never pays"
+    # the rule compares rates: continuing pays exactly when a longer round yields more tokens per unit of time
+    rate = lambda p, n: (1 + sum(p ** i for i in range(1, n + 1))) / (n * 0.1 + 1 + 0.05 * n + 0.1 + 0.02 * n)  # noqa: E731
+    for p in (0.3, 0.5, 0.7, 0.9):
+        assert expected_gain_continues([p], 1, 8, COSTS) == (max(rate(p, n) for n in range(2, 9)) > rate(p, 1)), p
+    pv = PacerPreVerifier(PacerConfig(draft_hidden_size=8, block_size=2, decision_rule="expected_gain",
+                                      calibration=COSTS))
+    assert pv.decide(torch.tensor([5.0, 5.0])) == (False, 0) and pv.decide(torch.tensor([-5.0, -5.0])) == (True, 0)
+    with pytest.raises(ValueError, match="pacer-hf calibrate"):
+        PacerConfig(decision_rule="expected_gain")
+
+
+def test_calibration_prefers_the_cost_aware_rule_within_the_margin():
+    """best_setting picks expected_gain unless a fitted threshold wins by more than the margin."""
+    import numpy as np
+
+    from pacer_hf.training.simulate import CostModel, best_setting
+
+    rng = np.random.default_rng(0)
+    probs = rng.uniform(0.05, 0.95, (400, 8))
+    acc = (rng.random((400, 8)) < probs).astype(float)
+    costs = CostModel(draft_cost=0.1, round_cost=[1.0, 1.4, 1.6, 1.7, 1.8, 1.9, 2.0, 2.1, 2.2])
+    search = best_setting(acc, probs, costs, block_sizes=(1, 2))
+    overall = max(search["grid"], key=lambda row: row["speedup"])
+    gain = max((row for row in search["grid"] if row["rule"] == "expected_gain"), key=lambda row: row["speedup"])
+    expected = gain if gain["speedup"] * 1.01 >= overall["speedup"] else overall
+    assert search["best"] == expected
+    assert best_setting(acc, probs, costs, block_sizes=(1, 2), prefer_margin=0.0)["best"] == overall
+    assert best_setting(acc, probs, costs, block_sizes=(1, 2), prefer_margin=1.0)["best"]["rule"] == "expected_gain"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import pytest
 import torch
 from conftest import make_preverifier
 from helpers import TEMPERATURE, exact_distributions, goodness_of_fit, sample_counts
@@ -20,10 +21,13 @@ from pacer_hf.stats import PacerStats
 from pacer_hf.strategies import STRATEGY_TYPES, StrategyCall, StrategyConfig, register_strategy
 
 
-def test_pacer_sampling_matches_target_distribution(sampling_pair):
+@pytest.mark.parametrize("rule", ["block", "expected_gain"])
+def test_pacer_sampling_matches_target_distribution(sampling_pair, rule):
     target, draft = sampling_pair
     p1, p12 = exact_distributions(target)
-    pv = make_preverifier(draft, block_size=2, threshold=0.4, max_draft_tokens=4)
+    costs = {"draft_cost": 0.1, "verify_cost": [1.0 + 0.05 * k for k in range(9)], "round_overhead": 0.1}
+    pv = make_preverifier(draft, block_size=2, threshold=0.4, max_draft_tokens=4, decision_rule=rule,
+                          calibration=costs if rule == "expected_gain" else None)
     first, joint, accepted = sample_counts(target, draft, pv, seed=0)
     assert 0 < sum(accepted) < 2 * len(accepted), "drafts must be partly accepted for the test to mean much"
     assert goodness_of_fit(first, p1) > 1e-3

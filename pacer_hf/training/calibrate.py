@@ -64,15 +64,17 @@ def measure_costs(target: PreTrainedModel, draft: PreTrainedModel, preverifier: 
 @torch.inference_mode()
 def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: CostModel,
                        preverifier: PacerPreVerifier | None = None, context: int = 128, new_tokens: int = 64,
-                       gammas: tuple[int, ...] = (1, 2, 4, 6), repeats: int = 2) -> CostModel:
+                       gammas: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8), repeats: int = 2) -> CostModel:
     """Refine `costs` with what the forwards alone miss, measured in real `generate` calls.
 
     sd-fixed-γ runs give, per call, seconds = setup + draft_forwards*d + sum_r verify(k_r)*step + rounds*o
     (setup: the call's fixed cost and the prompt's forward, timed with one-token calls; the first round
     is that forward); a least-squares fit over several γ gives the in-loop draft step d and the
-    per-round overhead o. Plain decoding gives ar_overhead; a Pacer run that never stops (threshold 0)
-    gives the in-loop cost of a pre-verifier call. All in units of `costs.step_seconds` (one bare target
-    step, from measure_costs).
+    per-round overhead o. The same runs give `round_cost[γ]`, the measured time of a whole round drafting
+    γ tokens, which the simulator and `decision_rule="expected_gain"` use instead of the fitted sum
+    (round_cost[0] is plain decoding's time per token). Plain decoding gives ar_overhead; a Pacer run that
+    never stops (threshold 0) gives the in-loop cost of a pre-verifier call. All in units of
+    `costs.step_seconds` (one bare target step, from measure_costs).
     """
     step_seconds = costs.step_seconds
     if step_seconds <= 0:
@@ -96,18 +98,21 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
     try:
         timed(assistant_model=draft, pacer=f"sd-fixed-{gammas[0]}")  # warm-up
         setup = per_call(assistant_model=draft, pacer="sd-fixed-1")
-        rows, rest = [], []
+        rows, rest, per_round = [], [], {gamma: [] for gamma in gammas}
         for _ in range(repeats):
             for gamma in gammas:
                 seconds, stats = timed(assistant_model=draft, pacer=f"sd-fixed-{gamma}")
                 rows.append([stats.draft_forwards, stats.target_forwards - 1])
                 rest.append(after_setup_and_verify(seconds, stats))
+                per_round[gamma].append((seconds - setup) / max(stats.target_forwards - 1, 1))
         (draft_s, round_s), *_ = np.linalg.lstsq(np.asarray(rows, float), np.asarray(rest), rcond=None)
         ar_setup = per_call()
         ar = (min(timed()[0] for _ in range(repeats)) - ar_setup) / (new_tokens - 1)
         refined = CostModel(draft_cost=max(draft_s, 0.0) / step_seconds, verify_cost=costs.verify_cost,
                             preverifier_cost=costs.preverifier_cost, round_overhead=max(round_s, 0.0) / step_seconds,
                             ar_overhead=max(ar - step_seconds, 0.0) / step_seconds, step_seconds=step_seconds)
+        if list(gammas) == list(range(1, len(gammas) + 1)):  # a table needs every length from 1 on
+            refined.round_cost = [ar / step_seconds] + [min(per_round[g]) / step_seconds for g in gammas]
         if preverifier is not None:  # never stops: every block pays one call
             never = deepcopy(preverifier)
             never.config.threshold, never.config.trim_failed_block = 0.0, False
@@ -161,7 +166,7 @@ def fold_platt_scaling(preverifier: PacerPreVerifier, traces, steps: int = 200) 
 
 
 def calibrate_preverifier(preverifier: PacerPreVerifier, traces, costs: CostModel, block_sizes=(1, 2, 3, 4, 6, 8),
-                          rules=("block", "cumulative"), measured: dict | None = None, report_traces=None,
+                          rules=("block", "cumulative", "expected_gain"), measured: dict | None = None, report_traces=None,
                           platt: bool = True) -> dict:
     """Choose (rule, block size, threshold) maximising simulated speedup on `traces`; write them to the config.
 
@@ -176,16 +181,19 @@ def calibrate_preverifier(preverifier: PacerPreVerifier, traces, costs: CostMode
     if report_traces is not None:
         probs, labels = predict_probs(preverifier, prepare(report_traces))
     acc = acceptance_matrix(labels)
-    table = speedup_table(acc, probs, costs, best["block_size"], best["threshold"], best["rule"],
+    table = speedup_table(acc, probs, costs, best["block_size"], best["threshold"] or 0.0, best["rule"],
                           max_gamma=min(8, acc.shape[1]))
     auc, ece = auc_ece(probs, labels)
     config = preverifier.config
-    config.block_size, config.threshold, config.decision_rule = best["block_size"], best["threshold"], best["rule"]
+    config.block_size, config.decision_rule = best["block_size"], best["rule"]
+    if best["threshold"] is not None:  # expected_gain has none: the cost model decides
+        config.threshold = best["threshold"]
     config.cost_ratio = round(costs.draft_cost, 5)
     report = {
         "draft_cost": costs.draft_cost, "verify_cost": [round(v, 4) for v in costs.verify_cost],
         "preverifier_cost": costs.preverifier_cost, "round_overhead": costs.round_overhead,
-        "ar_overhead": costs.ar_overhead, "chosen": best, "table": table, "auc": auc, "ece": ece,
+        "ar_overhead": costs.ar_overhead, "round_cost": costs.round_cost and [round(v, 4) for v in costs.round_cost],
+        "chosen": best, "table": table, "auc": auc, "ece": ece,
         "platt_scaling": scaling, "rounds": len(acc), "reported_on": "report split" if report_traces is not None else "calibration data",
         **(measured or {}),
     }
@@ -200,13 +208,16 @@ def format_table(report: dict) -> str:
              f"per round: loop overhead {report.get('round_overhead', 0.0):.3f}, pre-verifier call "
              f"{report.get('preverifier_cost', 0.0):.3f}; plain decoding's loop {report.get('ar_overhead', 0.0):.3f}"
              " per token (all in target steps)",
+             *(["a round drafting k tokens, measured in generate: " + ", ".join(f"{v:.2f}" for v in report["round_cost"][:9])
+                + " target steps (k=0..8; k=0: plain decoding per token)"] if report.get("round_cost") else []),
              f"{report['reported_on']}: {report['rounds']} rounds   AUC {report['auc']:.3f}   ECE {report['ece']:.3f}",
              f"{'stop rule':<34}{'simulated speedup':>18}"]
     for key, value in table.items():
         if key.startswith("fixed-"):
             lines.append(f"{'fixed gamma=' + key[6:]:<34}{value:>17.3f}x")
     lines.append(f"{'oracle (stop before 1st rejection)':<34}{table['oracle']:>17.3f}x")
-    name = f"pacer {best['rule']} b={best['block_size']} tau={best['threshold']:.2f}"
+    tau = "" if best["threshold"] is None else f" tau={best['threshold']:.2f}"
+    name = f"pacer {best['rule']} b={best['block_size']}{tau}"
     lines.append(f"{name:<34}{table['pacer']:>17.3f}x   (mean draft {table['pacer_mean_draft']:.2f})")
     return "\n".join(lines)
 
@@ -232,7 +243,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cost model from bare forwards only (skip the in-`generate` loop measurement)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads while timing (match your deployment)")
     parser.add_argument("--block-sizes", default="1,2,3,4,6,8")
-    parser.add_argument("--rules", default="block,cumulative")
+    parser.add_argument("--rules", default="block,cumulative,expected_gain")
     parser.add_argument("--no-platt", action="store_true", help="do not rescale probabilities (Platt scaling)")
     parser.add_argument("--out", help="where to save the calibrated pre-verifier (default: in place)")
 

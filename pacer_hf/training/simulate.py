@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..modeling_pacer import expected_gain_continues
+
 
 @dataclass
 class CostModel:
@@ -29,21 +31,43 @@ class CostModel:
     round_overhead: float = 0.0
     ar_overhead: float = 0.0
     step_seconds: float = 0.0  # one target step, when measured (the unit of everything above)
+    # Measured inside `generate` (calibrate.measure_loop_costs): round_cost[k] = the time of a whole round
+    # that drafts k tokens (draft steps, verification, the loop), k = 1.. When present it replaces
+    # k*draft_cost + verify(k) + round_overhead, whose sum bare-forward timings get wrong on small pairs.
+    round_cost: list[float] | None = None
+
+    def as_calibration(self) -> dict:
+        """The costs as a calibrated pre-verifier records them (`config.calibration`), for `expected_gain`."""
+        costs = {"draft_cost": self.draft_cost, "verify_cost": list(self.verify_cost),
+                 "preverifier_cost": self.preverifier_cost, "round_overhead": self.round_overhead}
+        return costs if self.round_cost is None else {**costs, "round_cost": list(self.round_cost)}
 
     @classmethod
     def from_calibration(cls, calibration: dict) -> CostModel:
         """The cost model a calibrated pre-verifier's `config.calibration` recorded."""
         return cls(calibration["draft_cost"], list(calibration["verify_cost"]), calibration.get("preverifier_cost", 0.0),
-                   calibration.get("round_overhead", 0.0), calibration.get("ar_overhead", 0.0))
+                   calibration.get("round_overhead", 0.0), calibration.get("ar_overhead", 0.0),
+                   round_cost=calibration.get("round_cost"))
+
+    def round_time(self, lengths: np.ndarray) -> np.ndarray:
+        """Time of rounds drafting `lengths` tokens, without pre-verifier calls (target steps)."""
+        lengths = np.asarray(lengths)
+        if self.round_cost is None:
+            return lengths * self.draft_cost + self.verify(lengths) + self.round_overhead
+        return _lookup(self.round_cost, lengths)
 
     def verify(self, k: np.ndarray) -> np.ndarray:
-        table = np.asarray(self.verify_cost, dtype=np.float64)
-        k = np.asarray(k)
-        if int(k.max(initial=0)) >= len(table):  # extrapolate linearly past the measured range
-            slope = table[-1] - table[-2] if len(table) > 1 else 0.0
-            return np.where(k < len(table), table[np.minimum(k, len(table) - 1)],
-                            table[-1] + slope * (k - len(table) + 1))
-        return table[k]
+        return _lookup(self.verify_cost, k)
+
+
+def _lookup(values: list[float], k: np.ndarray) -> np.ndarray:
+    """`values[k]` elementwise, extrapolated linearly past the measured range."""
+    table = np.asarray(values, dtype=np.float64)
+    k = np.asarray(k)
+    if int(k.max(initial=0)) >= len(table):
+        slope = table[-1] - table[-2] if len(table) > 1 else 0.0
+        return np.where(k < len(table), table[np.minimum(k, len(table) - 1)], table[-1] + slope * (k - len(table) + 1))
+    return table[k]
 
 
 def acceptance_matrix(labels: np.ndarray) -> np.ndarray:
@@ -66,7 +90,7 @@ def speedup(acc: np.ndarray, lengths: np.ndarray, costs: CostModel, preverifier_
     """Simulated speedup over autoregressive decoding when round r drafts lengths[r] tokens."""
     lengths = np.asarray(lengths, dtype=np.int64)
     tokens = expected_accepted(acc, lengths) + 1.0
-    time = lengths * costs.draft_cost + costs.verify(lengths) + costs.round_overhead
+    time = costs.round_time(lengths)
     if preverifier_calls is not None:
         time = time + preverifier_calls * costs.preverifier_cost
     return float(tokens.sum() * (1.0 + costs.ar_overhead) / time.sum())
@@ -87,15 +111,27 @@ def oracle_lengths(acc: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarr
 
 
 def pacer_lengths(probs: np.ndarray, block_size: int, threshold: float, rule: str = "block",
-                  max_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  max_tokens: int | None = None, costs: CostModel | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Draft lengths chosen by the Pacer rule from per-token predicted acceptance `probs (N, L)`.
 
     Mirrors generation: after every `block_size` tokens the pre-verifier scores the last block
-    ("block") or the whole draft ("cumulative"); a score below `threshold` stops drafting (the failed
-    block is still verified); the cap is `max_tokens`. Returns (lengths, pre-verifier calls).
+    ("block") or the whole draft ("cumulative") against `threshold`, or ("expected_gain", with `costs`)
+    asks `expected_gain_continues`, the function `PacerPreVerifier.decide` calls; a stop ends drafting
+    (the last block is still verified); the cap is `max_tokens`. Returns (lengths, pre-verifier calls).
     """
     n, width = probs.shape
     cap = min(width, max_tokens or width)
+    if rule == "expected_gain":
+        if costs is None:
+            raise ValueError("rule='expected_gain' needs the cost model (costs=).")
+        calibration, lengths, calls = costs.as_calibration(), np.full(n, cap, dtype=np.int64), np.zeros(n, np.int64)
+        for r, row in enumerate(probs[:, :cap].tolist()):
+            for end in range(block_size, cap + 1, block_size):
+                calls[r] += 1
+                if not expected_gain_continues(row[:end], block_size, cap, calibration):
+                    lengths[r] = end
+                    break
+        return lengths, calls
     lengths = np.full(n, cap, dtype=np.int64)
     calls = np.zeros(n, dtype=np.int64)
     alive = np.ones(n, dtype=bool)
@@ -124,23 +160,31 @@ def speedup_table(acc: np.ndarray, probs: np.ndarray | None, costs: CostModel, b
     lengths, hard = oracle_lengths(acc)
     table["oracle"] = speedup(hard, lengths, costs)
     if probs is not None:
-        lengths, calls = pacer_lengths(probs, block_size, threshold, rule)
+        lengths, calls = pacer_lengths(probs, block_size, threshold, rule, costs=costs)
         table["pacer"] = speedup(acc, lengths, costs, calls)
         table["pacer_mean_draft"] = float(lengths.mean())
     return table
 
 
 def best_setting(acc: np.ndarray, probs: np.ndarray, costs: CostModel, block_sizes=(1, 2, 3, 4, 6, 8),
-                 thresholds=THRESHOLDS, rules=("block", "cumulative")) -> dict:
-    """The (rule, block size, threshold) with the highest simulated speedup, and the full grid."""
+                 thresholds=THRESHOLDS, rules=("block", "cumulative", "expected_gain"),
+                 prefer_margin: float = 0.01) -> dict:
+    """The (rule, block size, threshold) with the highest simulated speedup, and the full grid.
+
+    "expected_gain" has no threshold (its row says None): the cost model decides."""
     grid = []
     for rule in rules:
         for b in block_sizes:
             if b > acc.shape[1]:
                 continue
-            for t in thresholds:
-                lengths, calls = pacer_lengths(probs, b, t, rule)
-                grid.append({"rule": rule, "block_size": b, "threshold": float(t),
+            for t in (None,) if rule == "expected_gain" else thresholds:
+                lengths, calls = pacer_lengths(probs, b, t, rule, costs=costs)
+                grid.append({"rule": rule, "block_size": b, "threshold": None if t is None else float(t),
                              "speedup": speedup(acc, lengths, costs, calls), "mean_draft": float(lengths.mean())})
     best = max(grid, key=lambda row: row["speedup"])
+    # The cost-aware rule has no threshold fitted to these traces, so it is preferred unless a threshold
+    # rule beats it by more than `prefer_margin` (a tuned threshold's edge on the traces it was tuned on).
+    gain = [row for row in grid if row["rule"] == "expected_gain"]
+    if gain and max(gain, key=lambda row: row["speedup"])["speedup"] * (1 + prefer_margin) >= best["speedup"]:
+        best = max(gain, key=lambda row: row["speedup"])
     return {"best": best, "grid": grid}

@@ -130,9 +130,9 @@ def evaluation_metrics(probs: np.ndarray, labels: np.ndarray, config: PacerConfi
     table = speedup_table(acc, probs, costs, config.block_size, config.threshold, config.decision_rule,
                           max_gamma=min(8, acc.shape[1]))
     best_fixed = max(v for k, v in table.items() if k.startswith("fixed-"))
-    tuned = 0.0
-    for t in THRESHOLDS:
-        lengths, calls = pacer_lengths(probs, config.block_size, t, config.decision_rule)
+    tuned = table["pacer"]  # expected_gain has no threshold to tune
+    for t in () if config.decision_rule == "expected_gain" else THRESHOLDS:
+        lengths, calls = pacer_lengths(probs, config.block_size, t, config.decision_rule, costs=costs)
         tuned = max(tuned, speedup(acc, lengths, costs, calls))
     valid = labels >= 0
     return {"auc": auc, "ece": ece, "accept_rate": float(labels[valid].mean()),
