@@ -303,3 +303,22 @@ def test_accelerate_two_processes_matches_single(traces, tmp_path):
         probs, labels = predict_probs(PacerPreVerifier.from_pretrained(tmp_path / name), examples)
         aucs[name] = roc_auc_score(labels > 0.5, probs)
     assert aucs["ddp"] > 0.6 and abs(aucs["ddp"] - aucs["one"]) < 0.05, aucs
+
+
+def test_round_costs_measured_in_generate_and_validation_on_the_clock(tiny_pair, tmp_path):
+    """measure_loop_costs' round_cost table (k = 0..3) and compare_in_generate's real-call comparison."""
+    from pacer_hf.training.validate import compare_in_generate
+
+    target, draft = tiny_pair
+    costs = measure_costs(target, draft, None, context=16, max_k=4, repeats=2, progress=False)
+    costs = measure_loop_costs(target, draft, costs, None, context=16, new_tokens=24, gammas=(1, 2, 3), repeats=2)
+    assert len(costs.round_cost) == 4 and all(value > 0 for value in costs.round_cost)
+    assert costs.round_cost[0] == pytest.approx(1 + costs.ar_overhead, rel=0.3), "k=0 is plain decoding per token"
+    assert costs.round_cost[3] > costs.round_cost[0], "a round that drafts 3 tokens costs more than one plain step"
+    assert list(costs.round_time(np.array([0, 3]))) == [costs.round_cost[0], costs.round_cost[3]]
+    prompts = corpus(2, 10, seed=7)
+    pv = make_preverifier(draft, block_size=1, threshold=0.5, max_draft_tokens=4)
+    rows = compare_in_generate(target, draft, prompts, {"sd-fixed-2": "sd-fixed-2", "pacer": pv}, runs=1,
+                               max_new_tokens=12)
+    assert set(rows) == {"ar", "sd-fixed-2", "pacer"} and rows["ar"]["vs_ar"] == 1.0
+    assert rows["sd-fixed-2"]["mean_draft"] == pytest.approx(2.0, abs=0.5) and rows["pacer"]["tokens_per_s"] > 0

@@ -30,6 +30,7 @@ from .collect import load_traces
 from .common import cli_errors
 from .simulate import CostModel, acceptance_matrix, best_setting, speedup_table
 from .train import auc_ece, predict_probs, prepare, split_by_text
+from .validate import compare_in_generate
 
 
 @torch.inference_mode()
@@ -201,6 +202,27 @@ def calibrate_preverifier(preverifier: PacerPreVerifier, traces, costs: CostMode
     return report
 
 
+def validate(target, draft, preverifier: PacerPreVerifier, report: dict, args: argparse.Namespace) -> dict:
+    """Time the chosen setting next to fixed γ in real generate calls on held-out prompts; print both views."""
+    from .common import load_tokenizer
+
+    tokenizer = load_tokenizer(args.tokenizer or args.target)
+    with open(args.validate_prompts, encoding="utf-8") as handle:
+        texts = [json.loads(line)["text"] for line in handle if line.strip()]
+    step = max(1, len(texts) // args.validate_n)
+    prompts = [tokenizer(text).input_ids[-256:] for text in texts[::step][: args.validate_n]]
+    table = report["table"]
+    fixed = sorted((k for k in table if k.startswith("fixed-")), key=table.get, reverse=True)[:3]
+    settings = {f"sd-{name}": f"sd-{name}" for name in fixed} | {"pacer (chosen)": preverifier}
+    measured = compare_in_generate(target, draft, prompts, settings)
+    print(f"real generate on {len(prompts)} held-out prompts x 64 greedy tokens, 2 interleaved runs:")
+    print(f"{'setting':<20}{'simulated':>11}{'measured':>11}{'tokens/s':>10}{'mean draft':>12}")
+    for name, row in measured.items():
+        simulated = 1.0 if name == "ar" else table["pacer" if name.startswith("pacer") else name[3:]]
+        print(f"{name:<20}{simulated:>10.3f}x{row['vs_ar']:>10.3f}x{row['tokens_per_s']:>10.1f}{row['mean_draft']:>12.2f}")
+    return {name: {key: round(value, 4) for key, value in row.items()} for name, row in measured.items()}
+
+
 def format_table(report: dict) -> str:
     table, best = report["table"], report["chosen"]
     lines = [f"c = t(draft)/t(target) = {report['draft_cost']:.3f}; verify_cost(k) = "
@@ -245,6 +267,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-sizes", default="1,2,3,4,6,8")
     parser.add_argument("--rules", default="block,cumulative,expected_gain")
     parser.add_argument("--no-platt", action="store_true", help="do not rescale probabilities (Platt scaling)")
+    parser.add_argument("--validate-prompts", help="a .jsonl of held-out prompts ({'text': ...}): time the chosen "
+                        "setting, the best simulated fixed γ and its neighbours in real generate calls and print them")
+    parser.add_argument("--validate-n", type=int, default=6, help="prompts used from --validate-prompts")
+    parser.add_argument("--tokenizer", help="tokenizer for --validate-prompts (default: --target)")
     parser.add_argument("--out", help="where to save the calibrated pre-verifier (default: in place)")
 
 
@@ -266,6 +292,8 @@ def run(args: argparse.Namespace) -> int:
                 "report_data": args.report_data, "machine": platform.machine(),
                 "processor": platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads(),
                 "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if args.validate_prompts and args.cost_ratio is not None:
+        raise ValueError("--validate-prompts times real generate calls: pass --target and --draft instead of --cost-ratio.")
     if args.cost_ratio is not None:
         costs = CostModel(args.cost_ratio, [1.0 + args.verify_slope * k for k in range(33)])
         measured["costs"] = "given on the command line (--cost-ratio/--verify-slope), not measured"
@@ -286,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
     rules = tuple(r.strip() for r in args.rules.split(","))
     report = calibrate_preverifier(preverifier, traces, costs, block_sizes, rules, measured, report_traces,
                                    platt=not args.no_platt)
+    if args.validate_prompts:
+        report["validated"] = validate(target, draft, preverifier, report, args)
     out = Path(args.out or args.preverifier)
     preverifier.save_pretrained(str(out))
     print(format_table(report))
