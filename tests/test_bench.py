@@ -129,6 +129,9 @@ def test_cli_errors_before_loading(tmp_path, capsys):
     assert "Unknown strategy 'warp-drive'" in capsys.readouterr().err
     assert main([*args, "--categories", "limericks"]) == 2
     assert "limericks" in capsys.readouterr().err
+    assert main([*args, "--pair", "stdlib"]) == 2
+    assert "either --pair or --target" in capsys.readouterr().err
+    assert check_categories(["chat-qa", "humaneval"]) == ["chat-qa", "humaneval"]
 
 
 def test_overwrite_protection(tmp_path, capsys):

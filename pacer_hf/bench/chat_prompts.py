@@ -40,9 +40,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .prompts import Prompt, docstring_texts, humaneval_texts, stdlib_hash_split
+from .prompts import CHAT_CATEGORIES, Prompt, docstring_texts, humaneval_texts, stdlib_hash_split
 
-CHAT_CATEGORIES = ("chat-humaneval", "chat-docstring", "chat-extract", "chat-summarize", "chat-qa", "chat-rewrite")
 SPLITS = ("bench", "train")
 BENCH_BUCKETS = 3  # of 10: sha1-split sources put keys with sha1 % 10 < 3 in bench
 MAX_PASSAGE_CHARS = 1500

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CATEGORIES = ("humaneval", "stdlib-continuation", "docstring-to-body", "boilerplate")
+# Chat requests through a tokenizer's chat template, for instruction-tuned targets (bench/chat_prompts.py).
+CHAT_CATEGORIES = ("chat-humaneval", "chat-docstring", "chat-extract", "chat-summarize", "chat-qa", "chat-rewrite")
 MIN_PROMPT_TOKENS = 8
 SPLITS_FILE = "corpus_splits.json"  # written next to each demo model by `pacer-hf build-demo-pair`
 
@@ -43,10 +45,10 @@ class Prompt:
 
 def check_categories(names: Iterable[str]) -> list[str]:
     names = [n.strip() for n in names]
-    unknown = [n for n in names if n not in CATEGORIES]
+    unknown = [n for n in names if n not in CATEGORIES + CHAT_CATEGORIES]
     if unknown:
         raise ValueError(f"Unknown prompt categor{'y' if len(unknown) == 1 else 'ies'} {unknown}; "
-                         f"known: {', '.join(CATEGORIES)}.")
+                         f"known: {', '.join(CATEGORIES + CHAT_CATEGORIES)}.")
     return names
 
 
