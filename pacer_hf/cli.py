@@ -18,6 +18,7 @@ from pathlib import Path
 COMMANDS = {
     "demo": "pacer_hf.demo",
     "build-demo-pair": "pacer_hf.training.demo_pair",
+    "build-draft": "pacer_hf.training.smollm2_draft",
     "push": "pacer_hf.push",
     "push-generate": "pacer_hf.push_generate",
     "collect": "pacer_hf.training.collect",

