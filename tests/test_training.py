@@ -313,7 +313,8 @@ def test_round_costs_measured_in_generate_and_validation_on_the_clock(tiny_pair,
     costs = measure_costs(target, draft, None, context=16, max_k=4, repeats=2, progress=False)
     costs = measure_loop_costs(target, draft, costs, None, context=16, new_tokens=24, gammas=(1, 2, 3), repeats=2)
     assert len(costs.round_cost) == 4 and all(value > 0 for value in costs.round_cost)
-    assert costs.round_cost[0] == pytest.approx(1 + costs.ar_overhead, rel=0.3), "k=0 is plain decoding per token"
+    # k=0 is plain decoding per token: the same measurement as ar_overhead (= its excess over a bare step)
+    assert costs.ar_overhead == pytest.approx(max(costs.round_cost[0] - 1.0, 0.0), abs=1e-9)
     assert costs.round_cost[3] > costs.round_cost[0], "a round that drafts 3 tokens costs more than one plain step"
     assert list(costs.round_time(np.array([0, 3]))) == [costs.round_cost[0], costs.round_cost[3]]
     prompts = corpus(2, 10, seed=7)
