@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 
 from ._paths import hub_cards_dir
-from .generation import load_preverifier
+from .generation import check_vocabularies, load_preverifier
 from .modeling_pacer import PacerPreVerifier
 
 PAIRS = ("stdlib", "smollm2")
@@ -375,8 +375,6 @@ def _sweep_stale(cache: Path) -> None:
 def _load_companions(pair: Pair, cards: Path, folders: tuple[str, str], dtype: torch.dtype) -> None:
     """Fill `pair.draft` / `pair.preverifier` from `cards/<folder>` when shipped, refusing mismatches."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .generation import check_vocabularies, load_preverifier
 
     draft_dir, pv_dir = (cards / folder for folder in folders)
     if (draft_dir / "config.json").is_file():
