@@ -323,3 +323,4 @@ def test_round_costs_measured_in_generate_and_validation_on_the_clock(tiny_pair,
                                max_new_tokens=12)
     assert set(rows) == {"ar", "sd-fixed-2", "pacer"} and rows["ar"]["vs_ar"] == 1.0
     assert rows["sd-fixed-2"]["mean_draft"] == pytest.approx(2.0, abs=0.5) and rows["pacer"]["tokens_per_s"] > 0
+    assert rows["ar"]["tau"] == 1.0 and rows["sd-fixed-2"]["tau"] > 1.0 and 0 < rows["sd-fixed-2"]["alpha"] <= 1

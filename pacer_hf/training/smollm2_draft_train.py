@@ -258,39 +258,18 @@ def step_costs(target, draft, repeats: int = 30, context: int = 128) -> dict:
     return out
 
 
-@torch.no_grad()
 def end_to_end(target, draft, prompts: list[list[int]], max_new_tokens: int = 64,
                strategies=("sd-fixed-2", "sd-fixed-3")) -> dict:
-    """tokens/s of plain greedy decoding and of each strategy (each prompt once per strategy, interleaved;
-    min_new_tokens = max_new_tokens), asserting every output equals plain greedy decoding."""
-    import pacer_hf
+    """tokens/s of plain greedy decoding and of each strategy (each prompt once per strategy, interleaved, after
+    a warm-up; min_new_tokens = max_new_tokens), every output checked equal to plain greedy decoding."""
+    from .validate import compare_in_generate
 
-    pacer_hf.enable(target)
-    warm = torch.tensor([prompts[0]])
-    for strategy in strategies:  # first calls build and check the lean draft forward
-        target.generate(warm, assistant_model=draft, pacer=strategy, max_new_tokens=4, do_sample=False)
-    seconds = {s: 0.0 for s in ("ar", *strategies)}
-    stats = {s: [] for s in strategies}
-    for prompt in prompts:
-        ids = torch.tensor([prompt])
-        kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
-        start = time.perf_counter()
-        reference = target.generate(ids, pacer=None, **kwargs)
-        seconds["ar"] += time.perf_counter() - start
-        for strategy in strategies:
-            start = time.perf_counter()
-            out = target.generate(ids, assistant_model=draft, pacer=strategy, **kwargs)
-            seconds[strategy] += time.perf_counter() - start
-            if not torch.equal(out, reference):
-                raise AssertionError(f"{strategy} with the draft changed greedy output")
-            last = pacer_hf.last_stats(target)
-            stats[strategy].append((last.tau, last.alpha))
-    tokens = max_new_tokens * len(prompts)
-    result = {s: {"tok_s": round(tokens / t, 2)} for s, t in seconds.items()}
+    rows = compare_in_generate(target, draft, prompts, {s: s for s in strategies}, runs=1,
+                               max_new_tokens=max_new_tokens, warmup=True, min_new_tokens=max_new_tokens)
+    result = {"ar": {"tok_s": round(rows["ar"]["tokens_per_s"], 2)}}
     for s in strategies:
-        result[s]["tau"] = round(sum(t for t, _ in stats[s]) / len(prompts), 3)
-        result[s]["alpha"] = round(sum(a for _, a in stats[s]) / len(prompts), 3)
-        result[s]["speedup"] = round(result[s]["tok_s"] / result["ar"]["tok_s"], 3)
+        result[s] = {"tok_s": round(rows[s]["tokens_per_s"], 2), "tau": round(rows[s]["tau"], 3),
+                     "alpha": round(rows[s]["alpha"], 3), "speedup": round(rows[s]["vs_ar"], 3)}
     return result
 
 

@@ -20,25 +20,34 @@ from ..generation import disable, enable, last_stats
 
 @torch.inference_mode()
 def compare_in_generate(target: PreTrainedModel, draft: PreTrainedModel, prompts: list[list[int]],
-                        settings: dict[str, Any], runs: int = 2, max_new_tokens: int = 64) -> dict[str, dict]:
+                        settings: dict[str, Any], runs: int = 2, max_new_tokens: int = 64, warmup: bool = False,
+                        **generate_kwargs) -> dict[str, dict]:
     """`settings`: name -> `pacer=` value (None: the target alone, always run as "ar"). Greedy decoding.
 
-    Returns name -> {"tokens_per_s", "vs_ar", "mean_draft"} over all prompts and runs."""
+    `warmup` runs every setting once on the first prompt first (untimed: the lean draft forward's one-time
+    check); `generate_kwargs` go to every call (e.g. `min_new_tokens`). Returns name -> {"tokens_per_s",
+    "vs_ar", "mean_draft", "tau", "alpha"} over all prompts and runs (tau, alpha: means over calls)."""
     enabled_here = getattr(target, "_pacer_plain_generate", None) is None
     enable(target)
     settings = {"ar": None, **settings}
-    tokens, seconds, drafted = dict.fromkeys(settings, 0), dict.fromkeys(settings, 0.0), {n: [] for n in settings}
+    tokens, seconds = dict.fromkeys(settings, 0), dict.fromkeys(settings, 0.0)
+    recorded: dict[str, list[tuple[float, float, float]]] = {name: [] for name in settings}  # draft, tau, alpha
     try:
+        for pacer in settings.values() if warmup else ():
+            target.generate(torch.tensor([prompts[0]], device=target.device), max_new_tokens=4, do_sample=False,
+                            assistant_model=draft if pacer is not None else None, pacer=pacer)
         for _ in range(runs):
             for ids in prompts:
                 inputs, expected = torch.tensor([ids], device=target.device), None
                 for name, pacer in settings.items():
                     start = time.perf_counter()
                     out = target.generate(inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                          assistant_model=draft if pacer is not None else None, pacer=pacer)
+                                          assistant_model=draft if pacer is not None else None, pacer=pacer,
+                                          **generate_kwargs)
                     seconds[name] += time.perf_counter() - start
                     tokens[name] += out.shape[1] - inputs.shape[1]
-                    drafted[name].append(last_stats(target).mean_draft_len if pacer is not None else 0.0)
+                    stats = last_stats(target) if pacer is not None else None
+                    recorded[name].append((stats.mean_draft_len, stats.tau, stats.alpha) if stats else (0.0, 1.0, 0.0))
                     expected = out if expected is None else expected
                     if not torch.equal(out, expected):
                         raise AssertionError(f"pacer={name!r} changed a greedy output: a bug, please report it.")
@@ -46,5 +55,6 @@ def compare_in_generate(target: PreTrainedModel, draft: PreTrainedModel, prompts
         if enabled_here:
             disable(target)
     speed = {name: tokens[name] / seconds[name] for name in settings}
-    return {name: {"tokens_per_s": speed[name], "vs_ar": speed[name] / speed["ar"],
-                   "mean_draft": statistics.mean(drafted[name])} for name in settings}
+    means = {name: [statistics.mean(column) for column in zip(*rows)] for name, rows in recorded.items()}
+    return {name: {"tokens_per_s": speed[name], "vs_ar": speed[name] / speed["ar"], "mean_draft": means[name][0],
+                   "tau": means[name][1], "alpha": means[name][2]} for name in settings}
