@@ -2,21 +2,26 @@
 
     target = pacer_hf.enable(target)
     out = target.generate(**inputs, assistant_model=draft, pacer=PacerPreVerifier.from_draft(draft))
+    out = target.generate(**inputs, prompt_lookup_num_tokens=10, pacer=lookup_gate)  # no draft model
     print(pacer_hf.last_stats(target))
 
-Importing registers `PacerConfig`/`PacerPreVerifier` with transformers' Auto classes and the built-in
-strategies (`pacer_hf.strategy_names()`) in the strategy registry; nothing else.
+Importing registers `PacerConfig`/`PacerPreVerifier` and `PacerLookupGateConfig`/`PacerLookupGate` with
+transformers' Auto classes and the built-in strategies (`pacer_hf.strategy_names()`) in the strategy
+registry; nothing else.
 """
 
 from transformers import AutoConfig, AutoModel
 
+from .configuration_lookup_gate import PacerLookupGateConfig
 from .configuration_pacer import PacerConfig
 from .draft_forwards import compile_draft
 from .generation import attach, disable, enable, last_stats, load_preverifier
+from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier, draft_features
 from .stats import PacerStats
 from .strategies import (
     STRATEGIES,
+    LookupConfig,
     OuroborosConfig,
     PearlConfig,
     SpeculativeConfig,
@@ -24,17 +29,24 @@ from .strategies import (
     register_strategy,
     strategy_names,
 )
+from .strategies.lookup import LookupStats
 from .strategies.ouroboros import OuroborosStats, PhrasePool, phrase_pool, reset_phrase_pool
 
 AutoConfig.register(PacerConfig.model_type, PacerConfig, exist_ok=True)
 AutoModel.register(PacerConfig, PacerPreVerifier, exist_ok=True)
+AutoConfig.register(PacerLookupGateConfig.model_type, PacerLookupGateConfig, exist_ok=True)
+AutoModel.register(PacerLookupGateConfig, PacerLookupGate, exist_ok=True)
 
 __version__ = "0.1.0"
 __all__ = [
     "STRATEGIES",
+    "LookupConfig",
+    "LookupStats",
     "OuroborosConfig",
     "OuroborosStats",
     "PacerConfig",
+    "PacerLookupGate",
+    "PacerLookupGateConfig",
     "PacerPreVerifier",
     "PacerStats",
     "PearlConfig",

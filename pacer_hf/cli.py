@@ -19,6 +19,7 @@ COMMANDS = {
     "demo": "pacer_hf.demo",
     "build-demo-pair": "pacer_hf.training.demo_pair",
     "build-draft": "pacer_hf.training.smollm2_draft",
+    "train-lookup-gate": "pacer_hf.training.lookup_gate",
     "push": "pacer_hf.push",
     "push-generate": "pacer_hf.push_generate",
     "collect": "pacer_hf.training.collect",

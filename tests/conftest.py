@@ -105,6 +105,17 @@ def make_preverifier(draft, seed: int = 0, **overrides) -> PacerPreVerifier:
     return PacerPreVerifier.from_draft(draft, **overrides).eval()
 
 
+def make_lookup_gate(target, seed: int = 0, **overrides) -> pacer_hf.PacerLookupGate:
+    """An untrained lookup gate whose random scores vary a lot, so it proposes all, some or none of a match."""
+    torch.manual_seed(seed)
+    overrides.setdefault("initializer_range", 1.0)
+    overrides.setdefault("max_lookup_tokens", 6)
+    if overrides.get("decision_rule") == "expected_gain":
+        overrides.setdefault("round_cost", [1.0 + 0.1 * k for k in range(overrides["max_lookup_tokens"] + 1)])
+    config = pacer_hf.PacerLookupGateConfig(vocab_size=target.get_output_embeddings().weight.shape[0], **overrides)
+    return pacer_hf.PacerLookupGate(config).to(target.dtype).eval()
+
+
 def plain_greedy(target, prompt, **kwargs):
     """The reference: the target alone, through transformers' plain generate."""
     return target.generate(prompt, do_sample=False, pacer=None, **kwargs)

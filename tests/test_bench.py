@@ -211,3 +211,38 @@ def test_cli_end_to_end_with_a_tiny_tokenizer(tmp_path, capsys):
     capsys.readouterr()
     assert main(argv) == 2  # the second run refuses to overwrite
     assert "--overwrite" in capsys.readouterr().err
+
+
+def test_prompt_lookup_without_a_draft(models, tmp_path):
+    """No draft: HF's prompt lookup swept, pacer_hf's lookup-<N>, Pacer-gated lookup (the gate attached to the
+    target) and the lookup oracle, side by side; every greedy output identical to ar."""
+    from conftest import make_lookup_gate
+
+    target, _, _ = models
+    g = torch.Generator().manual_seed(1)
+    prompts = {"copy-cat": [Prompt("copy-cat", f"c{i}", tuple(torch.randint(1, 12, (8,), generator=g).tolist() * 3))
+                            for i in range(2)]}
+    pacer_hf.attach(target, make_lookup_gate(target, threshold=0.2))
+    try:
+        result = run_benchmark(target, None, prompts, _config(strategies=None, temperatures=(0.0, 1.0)),
+                               costs=CostModel(draft_cost=0.0), progress=False)
+    finally:
+        del target._pacer_lookup_gate
+    by = {(r["strategy"], r["temperature"]): r for r in result.records}
+    assert {name for name, _ in by} == {"ar", "hf-lookup-3", "hf-lookup-5", "hf-lookup-10", "lookup-10",
+                                        "pacer-lookup", "lookup-oracle"}
+    for (name, temperature), record in by.items():
+        if temperature == 0 and name != "lookup-oracle":
+            assert record["identical_to_ar"] is True
+        if name not in ("ar", "lookup-oracle"):
+            assert record["draft_forwards_per_token"] == 0 and record["best_hf_lookup"].startswith("hf-lookup-")
+            assert record["speedup_vs_best_hf_lookup"] > 0
+    assert by[("lookup-10", 0.0)]["tau"] > 1.0, "repeated prompts must get lookup tokens accepted"
+    assert by[("pacer-lookup", 0.0)]["preverifier_overhead"] > 0
+    oracle = by[("lookup-oracle", 0.0)]
+    assert oracle["oracle_source"] == "lookup-10" and oracle["modelled_speedup"] >= by[("lookup-10", 0.0)][
+        "modelled_speedup"] - 1e-9
+    write_outputs(result, tmp_path / "out")
+    assert "best HF prompt lookup" in (tmp_path / "out" / "results.md").read_text()
+    with pytest.raises(ValueError, match="needs a draft model"):
+        resolve_strategies(["ar", "sd-fixed-2"], False, has_draft=False)

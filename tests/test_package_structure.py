@@ -78,7 +78,8 @@ def test_no_module_over_450_lines():
 
 
 def test_model_code_is_self_contained():
-    """configuration_pacer / modeling_pacer ship as Hub remote code: they import no other pacer_hf module."""
+    """The configuration_* / modeling_* pairs ship as Hub remote code: each imports only its own configuration."""
     found = modules()
-    for name in ("pacer_hf.configuration_pacer", "pacer_hf.modeling_pacer"):
-        assert imports_of(name, found[name], set(found)) <= {"pacer_hf.configuration_pacer"}, name
+    for model in ("pacer", "lookup_gate"):
+        for name in (f"pacer_hf.configuration_{model}", f"pacer_hf.modeling_{model}"):
+            assert imports_of(name, found[name], set(found)) <= {f"pacer_hf.configuration_{model}"}, name

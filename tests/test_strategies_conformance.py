@@ -13,7 +13,14 @@ import contextlib
 
 import pytest
 import torch
-from conftest import ARCHITECTURES, DRAFT_KINDS, logits_processor_case, make_preverifier, plain_greedy
+from conftest import (
+    ARCHITECTURES,
+    DRAFT_KINDS,
+    logits_processor_case,
+    make_lookup_gate,
+    make_preverifier,
+    plain_greedy,
+)
 from helpers import exact_distributions, goodness_of_fit, prompt, round_budgets, sample_counts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,9 +36,11 @@ CASES.update({
     "PearlConfig(gamma=4, thread)": pacer_hf.PearlConfig(gamma=4, worker="thread"),
     "OuroborosConfig(draft_tokens=2)": pacer_hf.OuroborosConfig(draft_tokens=2, key_length=1),
     "SpeculativeConfig(gamma=5, pre-verifier)": pacer_hf.SpeculativeConfig(gamma=5, use_preverifier=True),
+    "lookup-4": "lookup-4",
+    "LookupConfig(gated, 2-gram)": pacer_hf.LookupConfig(use_preverifier=True, max_ngram_size=2),
 })
 # The sampling test runs a few thousand generate calls: one case per strategy type (and Pacer on each).
-SAMPLING = ("sd-fixed-3", "pacer", "ouroboros", "pacer+ouroboros", "pearl", "pacer+pearl")
+SAMPLING = ("sd-fixed-3", "pacer", "ouroboros", "pacer+ouroboros", "pearl", "pacer+pearl", "pacer-lookup")
 
 
 def config_of(case) -> StrategyConfig:
@@ -39,11 +48,15 @@ def config_of(case) -> StrategyConfig:
 
 
 @contextlib.contextmanager
-def strategy_ready(draft, case, **pv_overrides):
-    """Attach an untrained pre-verifier (blocks both pass and fail) when the strategy uses one."""
-    if not config_of(case).use_preverifier:
+def strategy_ready(draft, case, target=None, **pv_overrides):
+    """Attach an untrained pre-verifier (blocks both pass and fail) when the strategy uses one; for a
+    gated lookup strategy, also an untrained lookup gate to `target` (the draft proposes when it says none)."""
+    config = config_of(case)
+    if not config.use_preverifier:
         yield
         return
+    if isinstance(config, pacer_hf.LookupConfig):
+        pacer_hf.attach(target, make_lookup_gate(target))
     for key, value in {"block_size": 2, "threshold": 0.5, "max_draft_tokens": 6}.items():
         pv_overrides.setdefault(key, value)
     pacer_hf.attach(draft, make_preverifier(draft, **pv_overrides))
@@ -51,6 +64,8 @@ def strategy_ready(draft, case, **pv_overrides):
         yield
     finally:
         del draft._pacer_preverifier
+        if target is not None:
+            target.__dict__.pop("_pacer_lookup_gate", None)
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +88,7 @@ def test_greedy_identical(pair, case, arch, kind):
     target, draft = pair(arch, kind)
     ids = prompt(seed=sum(map(ord, arch + kind)))
     expected = plain_greedy(target, ids, max_new_tokens=19)
-    with strategy_ready(draft, case):
+    with strategy_ready(draft, case, target):
         for loop in ("lean", "transformers"):
             out = target.generate(ids, max_new_tokens=19, do_sample=False, assistant_model=draft, pacer=case,
                                   pacer_loop=loop)
@@ -95,7 +110,7 @@ def test_eos_inside_a_round(pair, case, eos_position):
     free = plain_greedy(target, ids, max_new_tokens=12)
     eos = int(free[0, ids.shape[1] + eos_position])
     expected = plain_greedy(target, ids, max_new_tokens=12, eos_token_id=eos, pad_token_id=eos)
-    with strategy_ready(draft, case, threshold=0.0, block_size=4, max_draft_tokens=8):
+    with strategy_ready(draft, case, target, threshold=0.0, block_size=4, max_draft_tokens=8):
         out = target.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=draft, pacer=case,
                               eos_token_id=eos, pad_token_id=eos)
     assert torch.equal(out, expected)
@@ -107,7 +122,7 @@ def test_max_new_tokens_inside_a_round(pair, case, max_new_tokens):
     target, draft = pair("llama", "copy")
     ids = prompt(seed=2)
     expected = plain_greedy(target, ids, max_new_tokens=max_new_tokens)
-    with strategy_ready(draft, case, threshold=0.0, block_size=4, max_draft_tokens=8):
+    with strategy_ready(draft, case, target, threshold=0.0, block_size=4, max_draft_tokens=8):
         out = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft,
                               pacer=case)
     assert torch.equal(out, expected)
@@ -124,7 +139,7 @@ def test_logits_processors_active(pair, case, arch):
     target, draft = pair(arch, "noisy")
     ids = prompt(seed=4)
     kwargs, expected = logits_processor_case(target, ids)
-    with strategy_ready(draft, case):
+    with strategy_ready(draft, case, target):
         out = target.generate(ids, do_sample=False, assistant_model=draft, pacer=case, **kwargs)
     assert torch.equal(out, expected)
 
@@ -137,7 +152,7 @@ def test_config_round_trips_and_runs_from_a_dict(pair, case):
     assert restored == config
     target, draft = pair("qwen2", "noisy")
     ids = prompt(seed=9)
-    with strategy_ready(draft, case):
+    with strategy_ready(draft, case, target):
         out = target.generate(ids, max_new_tokens=9, do_sample=False, assistant_model=draft,
                               pacer=config.to_dict())
     assert torch.equal(out, plain_greedy(target, ids, max_new_tokens=9))
@@ -156,7 +171,7 @@ def test_property_greedy_identical(pair, case, arch, kind, tokens, max_new_token
     target, draft = pair(arch, kind)
     ids = torch.tensor([tokens])
     expected = plain_greedy(target, ids, max_new_tokens=max_new_tokens)
-    with strategy_ready(draft, case, threshold=threshold):
+    with strategy_ready(draft, case, target, threshold=threshold):
         out = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft,
                               pacer=case)
     assert torch.equal(out, expected)
@@ -168,7 +183,7 @@ def test_sampling_matches_target_distribution(sampling_pair, name):
     p1, p12 = exact_distributions(target)
     pacer_hf.reset_phrase_pool(target)
     samples = 500 if "pearl" in name else 1200  # a PEARL call forks its draft worker
-    with strategy_ready(draft, name, block_size=2, threshold=0.3, max_draft_tokens=4):
+    with strategy_ready(draft, name, target, block_size=2, threshold=0.3, max_draft_tokens=4):
         first, joint, accepted = sample_counts(target, draft, name, seed=0, samples=samples)
     assert 0 < sum(accepted), "drafts must be partly accepted for the test to mean much"
     assert goodness_of_fit(first, p1) > 1e-3

@@ -15,9 +15,11 @@ starts. Categories:
 - `chat-qa`: RAG-style: three documentation chunks (the relevant one and two distractors, shuffled) and
   a question only the relevant one answers.
 - `chat-rewrite`: "rewrite this paragraph in plain English" over the same documentation chunks.
+- `chat-edit`: a code edit: "rename parameter `p` to `p_value` in this function and return the whole
+  function" over a 6-40 line function or method from a standard-library file.
 
 Splits never overlap, whatever `seed` and `n` are: the split is a property of the source, `seed` only
-orders what a split holds. Code categories (`chat-docstring`, `chat-extract`) take bench prompts from the
+orders what a split holds. Code categories (`chat-docstring`, `chat-extract`, `chat-edit`) take bench prompts from the
 benchmark's held-out standard-library files (`pacer_hf.bench.prompts.stdlib_hash_split()`, the tenth of
 the stdlib whose sha1 of the relative path is 0 mod 10) and train prompts from the other files
 (`stdlib_hash_split(1)` minus those). HumanEval tasks and documentation topics are split by
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import textwrap
 import hashlib
 import random
 import re
@@ -56,6 +59,9 @@ EXTRACT_REQUEST = ("List every function and method defined in this code with its
                    "as `name(param1, param2)`.\n```python\n{code}```")
 SUMMARIZE_REQUEST = "Summarize the following passage from the Python documentation in two or three sentences.\n\n{text}"
 REWRITE_REQUEST = "Rewrite the following paragraph in plain, simple English for a beginner.\n\n{text}"
+EDIT_REQUEST = ("Rename the parameter `{old}` to `{new}` in this function, everywhere it is used, and reply with "
+                "the complete updated function in a ```python block.\n```python\n{code}```")
+EDIT_LINES = (6, 40)
 QA_REQUEST = ("Answer the question using only the documents below. Say which document you used.\n\n{docs}\n\n"
               "Question: {question}")
 
@@ -281,6 +287,37 @@ def _qa(split: str, rng: random.Random) -> Iterator[tuple[str, str]]:
         yield key, QA_REQUEST.format(docs=rendered, question=question_for(title, docs[0], rng))
 
 
+def edit_units(path: Path) -> list[tuple[str, str]]:
+    """Functions and methods of EDIT_LINES lines with a parameter other than self/cls: (file:line, dedented source)."""
+    source = path.read_text(errors="replace")
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    lines = source.splitlines(keepends=True)
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
+            continue
+        if not EDIT_LINES[0] <= (node.end_lineno or 0) - node.lineno + 1 <= EDIT_LINES[1] or not _parameters(node):
+            continue
+        code = textwrap.dedent("".join(lines[node.lineno - 1:node.end_lineno]))
+        out.append((f"{path.name}:{node.lineno}", code if code.endswith("\n") else code + "\n"))
+    return out
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    args = node.args
+    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    return [n for n in names if n not in ("self", "cls") and len(n) > 1]
+
+
+def _edit(split: str, rng: random.Random) -> Iterator[tuple[str, str]]:
+    for key, code in _per_file(split, rng, edit_units):
+        old = rng.choice(_parameters(ast.parse(code).body[0]))
+        yield key, EDIT_REQUEST.format(old=old, new=f"{old}_value", code=code)
+
+
 _SOURCES: dict[str, Callable[[str, random.Random], Iterator[tuple[str, str]]]] = {
     "chat-humaneval": _humaneval,
     "chat-docstring": _docstring,
@@ -288,4 +325,5 @@ _SOURCES: dict[str, Callable[[str, random.Random], Iterator[tuple[str, str]]]] =
     "chat-summarize": _summarize,
     "chat-qa": _qa,
     "chat-rewrite": _rewrite,
+    "chat-edit": _edit,
 }

@@ -135,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _load_named_pair(args: argparse.Namespace):
-    """(target, draft, tokenizer, pre-verifier) of `--pair`; refuses a pair that ships no draft yet."""
+    """(target, draft, tokenizer, pre-verifier) of `--pair`; a pair that ships no draft yet gives draft None
+    (prompt lookup only; load_pair attaches the pair's lookup gate to the target when it ships one)."""
     import pacer_hf
     from pacer_hf.pairs import load_pair
 
@@ -143,7 +144,10 @@ def _load_named_pair(args: argparse.Namespace):
 
     pair = load_pair(args.pair, dtype=DTYPES[args.dtype])
     if pair.draft is None:
-        raise ValueError(f"--pair {args.pair} ships no draft yet ({'; '.join(pair.notes)}); pass --target/--draft.")
+        print(f"note: --pair {args.pair} ships no draft yet: prompt-lookup strategies only.", file=sys.stderr)
+        if args.preverifier:
+            raise ValueError(f"--preverifier needs a draft to read, and --pair {args.pair} ships none.")
+        return pair.target, None, pair.tokenizer, None
     preverifier = pacer_hf.load_preverifier(args.preverifier).to(pair.draft.dtype) if args.preverifier else pair.preverifier
     return pair.target, pair.draft, pair.tokenizer, preverifier
 
@@ -184,7 +188,10 @@ def _run(args: argparse.Namespace, report) -> int:
         target_path, draft_path, preverifier_path = args.target, args.draft, args.preverifier
     strategies = _split(args.strategies)
     has_preverifier = preverifier_path is not None
-    planned = resolve_strategies(strategies or default_strategy_names(args.quick, has_preverifier), has_preverifier)
+    has_draft = args.pair != "smollm2" or (hub_cards_dir() / "smollm2-draft").is_dir()
+    has_gate = args.pair == "smollm2" and (hub_cards_dir() / "smollm2-lookup-gate").is_dir()
+    planned = resolve_strategies(strategies or default_strategy_names(args.quick, has_preverifier, has_draft, has_gate),
+                                 has_preverifier, has_draft=has_draft)
     check_dependencies(args, categories, planned)  # name errors and missing packages before any loading
     report.check_out_dir(args.out, args.overwrite)
     if args.write_docs:
@@ -195,7 +202,7 @@ def _run(args: argparse.Namespace, report) -> int:
     transformers.logging.set_verbosity_error()  # HF's per-round deprecation notes would drown the progress bar
     if args.pair is not None:
         target, draft, tokenizer, preverifier = _load_named_pair(args)
-        target_path, draft_path = target.name_or_path, draft.name_or_path
+        target_path, draft_path = target.name_or_path, (draft.name_or_path if draft is not None else None)
     else:
         target = load_causal_lm(target_path, args.dtype)
         draft = load_causal_lm(draft_path, args.dtype)

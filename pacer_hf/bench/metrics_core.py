@@ -11,6 +11,12 @@ accepted, so Γ caps it) and yields the same a_r + 1 tokens. It is the upper bou
 with the same draft, at most Γ tokens per round. Its tokens/s is ar's measured tokens/s times its
 modelled speedup. Oracle-gap capture = (S_method - S_bestfixed)/(S_oracle - S_bestfixed), all three
 modelled speedups, best fixed = the sd-fixed-γ with the highest modelled speedup; oracle gap = 1 - capture.
+
+Prompt lookup has its own oracle (`lookup-oracle`): it replays the longest pacer_hf `lookup-<N>` run (every
+lookup token proposed) and in every round proposes the a_r tokens the target accepted, or more of the
+round's lookup tokens where verifying more is cheaper (on some CPUs verify(3) < verify(2)). Lookup
+strategies are compared with the best `hf-lookup-<N>` (transformers' own prompt lookup) of the same run:
+`speedup_vs_best_hf_lookup` (measured) and `lookup_oracle_gap_capture` (modelled, against the oracle).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..training.simulate import CostModel
-from .strategies import Strategy, sklearn_retuning
+from .strategies import Strategy, is_lookup_fixed, sklearn_retuning
 
 RECORD_KEYS = ("strategy", "category", "temperature", "tokens_per_s", "speedup_vs_ar", "tau", "alpha",
                "mean_draft_len", "preverifier_overhead", "identical_to_ar")
@@ -105,7 +111,7 @@ def _cell(cell: dict[str, list[dict]], strategies: list[Strategy], category: str
                                  tokens / modelled_time(lengths, costs, draft_forwards) if lengths else 1.0),
             "identical_to_ar": identical,
             "draft_config": strategy.draft_config, "sklearn_retuning": sklearn_retuning(strategy),
-            "modelled": False,
+            "modelled": False, "lookup": strategy.lookup_tokens is not None,
         }
         records[strategy.name] = record
     fixed = [s for s in strategies if s.family == "sd-fixed" and s.runs]
@@ -113,6 +119,7 @@ def _cell(cell: dict[str, list[dict]], strategies: list[Strategy], category: str
     if oracle is not None and fixed:
         longest = max(fixed, key=lambda s: s.gamma or 0)
         records["oracle"] = _oracle(cell[longest.name], longest, records["ar"], category, temperature, costs)
+    _lookup_columns(records, strategies, cell, category, temperature, costs)
     best_measured = max((records[s.name] for s in fixed), key=lambda r: r["tokens_per_s"] or 0, default=None)
     best_modelled = max((records[s.name] for s in fixed), key=lambda r: r["modelled_speedup"], default=None)
     for record in records.values():
@@ -131,23 +138,61 @@ def _cell(cell: dict[str, list[dict]], strategies: list[Strategy], category: str
     return list(records.values())
 
 
+def _lookup_columns(records: dict[str, dict], strategies: list[Strategy], cell: dict[str, list[dict]], category: str,
+                    temperature: float, costs: CostModel) -> None:
+    """The lookup oracle record, and every lookup strategy against the best hf-lookup-<N> and that oracle."""
+    fixed = [s for s in strategies if is_lookup_fixed(s) and s.runs]
+    if fixed and any(s.family == "lookup-oracle" for s in strategies):
+        longest = max(fixed, key=lambda s: s.lookup_tokens or 0)
+        verified = [_cheapest_width(a, d, costs) for c in cell[longest.name]
+                    for a, d in zip(c["accepted"], c["draft_lengths"])]
+        records["lookup-oracle"] = _oracle(cell[longest.name], longest, records["ar"], category, temperature, costs,
+                                           name="lookup-oracle", verified=verified)
+    hf = [records[s.name] for s in strategies if s.family == "hf-lookup"]
+    if not hf:
+        return
+    best = max(hf, key=lambda r: r["tokens_per_s"] or 0)
+    best_modelled = max(hf, key=lambda r: r["modelled_speedup"] or 0)
+    oracle = records.get("lookup-oracle")
+    for record in records.values():
+        if record["family"] not in ("hf-lookup", "lookup-oracle") and not (
+                record["family"] == "registered" and record.get("lookup")):
+            continue
+        record["best_hf_lookup"] = best["strategy"]
+        record["speedup_vs_best_hf_lookup"] = (record["tokens_per_s"] / best["tokens_per_s"]
+                                               if record["tokens_per_s"] and best["tokens_per_s"] else None)
+        span = oracle["modelled_speedup"] - best_modelled["modelled_speedup"] if oracle else 0.0
+        record["lookup_oracle_gap_capture"] = (
+            (record["modelled_speedup"] - best_modelled["modelled_speedup"]) / span
+            if span > 1e-9 and record["modelled_speedup"] and record is not oracle else None)
+
+
+def _cheapest_width(accepted: int, proposed: int, costs: CostModel) -> int:
+    """The proposal length in [accepted, proposed] that costs least to verify (ties: the shorter)."""
+    options = range(accepted, max(accepted, proposed) + 1)
+    return min(options, key=lambda k: (float(costs.verify(np.asarray(k))), k))
+
+
 def _oracle(calls: list[dict], source: Strategy, ar: dict, category: str, temperature: float,
-            costs: CostModel) -> dict:
+            costs: CostModel, name: str = "oracle", verified: list[int] | None = None) -> dict:
+    """The oracle record: rounds verifying `verified` tokens (default: exactly the accepted ones)."""
     lengths = [a for c in calls for a in c["accepted"]]
+    verified = lengths if verified is None else verified
     tokens = sum(c["new_tokens"] for c in calls)
-    speedup = tokens / modelled_time(lengths, costs) if lengths else None
+    drafted = 0 if name == "lookup-oracle" else None  # lookup tokens cost no draft forward
+    speedup = tokens / modelled_time(verified, costs, drafted) if lengths else None
     rounds = len(lengths)
     return {
-        "strategy": "oracle", "family": "oracle", "category": category, "temperature": temperature,
+        "strategy": name, "family": name, "category": category, "temperature": temperature,
         "runs": ar["runs"], "calls": len(calls), "new_tokens": tokens,
         "tokens_per_s": ar["tokens_per_s"] * speedup if speedup and ar["tokens_per_s"] else None,
         "tokens_per_s_min": None, "tokens_per_s_max": None,
         "speedup_vs_ar": speedup, "speedup_vs_ar_min": None, "speedup_vs_ar_max": None,
         "tau": tokens / rounds if rounds else None,
-        "alpha": 1.0 if sum(lengths) else None,
-        "mean_draft_len": float(np.mean(lengths)) if lengths else None,
-        "draft_len_hist": _hist(lengths), "rounds": rounds,
-        "draft_forwards_per_token": sum(lengths) / tokens if tokens else None,
+        "alpha": sum(lengths) / sum(verified) if sum(verified) else None,
+        "mean_draft_len": float(np.mean(verified)) if verified else None,
+        "draft_len_hist": _hist(verified), "rounds": rounds,
+        "draft_forwards_per_token": (0.0 if drafted == 0 else sum(lengths) / tokens) if tokens else None,
         "target_forwards_per_token": rounds / tokens if tokens else None,
         "preverifier_overhead": 0.0, "modelled_speedup": speedup or 1.0,
         "identical_to_ar": None, "draft_config": {}, "sklearn_retuning": False,

@@ -28,7 +28,8 @@ from pathlib import Path
 
 CATEGORIES = ("humaneval", "stdlib-continuation", "docstring-to-body", "boilerplate")
 # Chat requests through a tokenizer's chat template, for instruction-tuned targets (bench/chat_prompts.py).
-CHAT_CATEGORIES = ("chat-humaneval", "chat-docstring", "chat-extract", "chat-summarize", "chat-qa", "chat-rewrite")
+CHAT_CATEGORIES = ("chat-humaneval", "chat-docstring", "chat-extract", "chat-summarize", "chat-qa", "chat-rewrite",
+                   "chat-edit")
 MIN_PROMPT_TOKENS = 8
 SPLITS_FILE = "corpus_splits.json"  # written next to each demo model by `pacer-hf build-demo-pair`
 

@@ -221,6 +221,8 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
         kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
     if strategy.uses_draft:
         kwargs["assistant_model"] = draft
+    if strategy.lookup_tokens is not None:
+        kwargs["prompt_lookup_num_tokens"] = strategy.lookup_tokens
     kwargs["pacer"] = _pacer_argument(strategy, preverifiers, temperature > 0)
     if strategy.needs_preverifier and strategy.family == "registered":  # e.g. pacer+ouroboros: the attached one
         pacer_hf.attach(draft, preverifiers["pacer@sampling" if temperature > 0 else "pacer"])
@@ -236,7 +238,7 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
     stats = pacer_hf.last_stats(target) if kwargs["pacer"] is not None else None
     if stats is not None and stats.draft_lengths:
         lengths, accepted = list(stats.draft_lengths), list(stats.accepted)
-    elif strategy.uses_draft:
+    elif strategy.family != "ar":  # transformers' own loops: rounds from the target's forwards
         lengths, accepted = counter.rounds(ids.shape[1], len(output))
     else:
         lengths, accepted = [], []
@@ -280,7 +282,7 @@ def preverifier_variants(preverifier: PacerPreVerifier | None) -> dict[str, Pace
 
 def run_benchmark(
     target: PreTrainedModel,
-    draft: PreTrainedModel,
+    draft: PreTrainedModel | None,
     prompts: dict[str, list[Prompt]],
     config: BenchConfig,
     preverifier: PacerPreVerifier | None = None,
@@ -292,17 +294,21 @@ def run_benchmark(
 
     Raises BenchmarkMismatch when a greedy output differs from `ar`'s in the same run. `costs` (measured
     when None) is the cost model of the oracle and of the modelled speedups. `call_hook` sees every
-    timed call (tests use it).
+    timed call (tests use it). Without a draft only prompt-lookup strategies run (Pacer-gated lookup when
+    a lookup gate is attached to the target).
     """
     from .metrics_core import aggregate
 
     threads = config.threads or physical_cores()
     torch.set_num_threads(threads)
     pacer_hf.enable(target)
-    pacer_hf.generation._check_pair(target, draft)
-    names = config.strategies or default_strategy_names(config.quick, preverifier is not None)
+    if draft is not None:
+        pacer_hf.generation._check_pair(target, draft)
+    gate = target.__dict__.get("_pacer_lookup_gate")
+    names = config.strategies or default_strategy_names(config.quick, preverifier is not None, draft is not None,
+                                                        gate is not None)
     oracle_gamma = max(8, preverifier.config.max_draft_tokens if preverifier is not None else 0)
-    strategies = resolve_strategies(names, preverifier is not None, oracle_gamma)
+    strategies = resolve_strategies(names, preverifier is not None, oracle_gamma, has_draft=draft is not None)
     running = [s for s in strategies if s.runs]
     preverifiers = preverifier_variants(preverifier)
     if not any(prompts.values()):
@@ -313,7 +319,7 @@ def run_benchmark(
         max_gamma = max([s.gamma or 0 for s in strategies] + [16])
         costs = measure_costs(target, draft, context=min(128, config.prompt_tokens), max_k=max_gamma,
                               repeats=config.cost_repeats, progress=progress)
-    attached = draft.__dict__.get("_pacer_preverifier")
+    attached = draft.__dict__.get("_pacer_preverifier") if draft is not None else None
     counter = ForwardCounter(target, draft)
     pools = PoolIsolation(target, draft)
     calls: list[dict] = []
@@ -355,10 +361,10 @@ def run_benchmark(
         bar.close()
     finally:
         counter.close()
-        if attached is None:
+        if draft is not None and attached is None:
             draft.__dict__.pop("_pacer_preverifier", None)
-        else:
-            draft._pacer_preverifier = attached
+        elif draft is not None:
+            object.__setattr__(draft, "_pacer_preverifier", attached)
     records = aggregate(calls, strategies, costs, config)
     meta = {"bench_schema": SCHEMA, "machine": machine_info(threads), "config": asdict(config),
             "strategies": [s.name for s in strategies],

@@ -20,15 +20,24 @@ from transformers import PreTrainedModel
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 from transformers.utils import is_sklearn_available
 
-from ..strategies import STRATEGIES, SpeculativeConfig, StrategyConfig, strategy_config, strategy_names
+from ..strategies import (
+    DEFAULT_LOOKUP_TOKENS,
+    STRATEGIES,
+    LookupConfig,
+    SpeculativeConfig,
+    StrategyConfig,
+    strategy_config,
+    strategy_names,
+)
 
 HF_DEFAULT_ASSISTANT_TOKENS = 20  # transformers' GenerationConfig default for num_assistant_tokens
 HF_DEFAULT_CONFIDENCE = 0.4  # transformers' default assistant_confidence_threshold
 SWEEP = tuple(range(1, 9))  # gammas swept by the bare names "sd-fixed" / "hf-fixed"
+LOOKUP_SWEEP = (3, 5, 10)  # prompt_lookup_num_tokens swept by the bare name "hf-lookup"
 QUICK_REGISTERED = ("pearl", "ouroboros", "pacer+ouroboros")  # registry presets a --quick run includes
 # Names only the benchmark knows; every other name is looked up in the strategy registry.
 BASE_NAMES = ("ar", "sd-fixed", "hf-fixed-<γ>", "hf-fixed", "hf-heuristic", "hf-confidence",
-              "hf-confidence-static", "pacer", "pacer-b1", "oracle")
+              "hf-confidence-static", "pacer", "pacer-b1", "oracle", "hf-lookup-<N>", "hf-lookup", "lookup-oracle")
 
 
 class StaticConfidenceCandidateGenerator(AssistedCandidateGenerator):
@@ -45,9 +54,10 @@ class Strategy:
     """One benchmarked decoding strategy.
 
     `family`: "ar" (target alone), "sd-fixed" (pacer_hf's loop at fixed γ), "hf" (transformers' own
-    AssistedCandidateGenerator, called with pacer=None), "pacer" (pacer_hf + a pre-verifier),
-    "registered" (another strategy of the registry, run by name) or "oracle" (modelled from traces).
-    `needs_preverifier` comes from the registry config.
+    AssistedCandidateGenerator, called with pacer=None), "hf-lookup" (transformers' own prompt lookup,
+    pacer=None), "pacer" (pacer_hf + a pre-verifier), "registered" (another strategy of the registry, run
+    by name), "oracle" or "lookup-oracle" (modelled from traces). `needs_preverifier` comes from the
+    registry config; `lookup_tokens` is the call's prompt_lookup_num_tokens (lookup strategies use no draft).
     """
 
     name: str
@@ -57,15 +67,16 @@ class Strategy:
     static_confidence: bool = False
     block_size: int | None = None
     needs_preverifier: bool = False
+    lookup_tokens: int | None = None
 
     @property
     def uses_draft(self) -> bool:
-        return self.family not in ("ar", "oracle")
+        return self.family not in ("ar", "oracle", "lookup-oracle") and self.lookup_tokens is None
 
     @property
     def runs(self) -> bool:
-        """False for strategies computed afterwards from other strategies' traces (the oracle)."""
-        return self.family != "oracle"
+        """False for strategies computed afterwards from other strategies' traces (the oracles)."""
+        return self.family not in ("oracle", "lookup-oracle")
 
 
 def _constant(gamma: int, threshold: float = 0.0) -> dict[str, Any]:
@@ -78,16 +89,22 @@ def available_strategy_names() -> list[str]:
     return [*BASE_NAMES, *(name for name in strategy_names() if name not in BASE_NAMES)]
 
 
-def default_strategy_names(quick: bool, has_preverifier: bool) -> list[str]:
+def default_strategy_names(quick: bool, has_preverifier: bool, has_draft: bool = True,
+                           has_lookup_gate: bool = False) -> list[str]:
     """Full mode sweeps γ = 1..8 for both loops and runs every registered strategy; quick mode keeps a few γ
-    and only `QUICK_REGISTERED` of those. Strategies that need a pre-verifier go without one."""
+    and only `QUICK_REGISTERED` of those. Strategies that need a pre-verifier go without one. Without a
+    draft: prompt lookup only (HF's N swept, pacer_hf's lookup-10, Pacer-gated lookup with a gate, the oracle)."""
+    if not has_draft:
+        names = ["ar", "hf-lookup-3", "hf-lookup-10"] if quick else ["ar", "hf-lookup", "lookup-10"]
+        return names + (["pacer-lookup"] if has_lookup_gate else []) + ["lookup-oracle"]
     names = ["ar"]
     names += ["sd-fixed-2", "sd-fixed-4", "sd-fixed-8", "hf-fixed-4"] if quick else ["sd-fixed", "hf-fixed"]
     names += ["hf-heuristic", "hf-confidence", "hf-confidence-static"]
     if has_preverifier:
         names += ["pacer", "pacer-b1"]
     registered = QUICK_REGISTERED if quick else sorted(STRATEGIES)
-    names += [name for name in registered if name not in names and (has_preverifier or not _needs_preverifier(name))]
+    names += [name for name in registered if name not in names and (has_preverifier or not _needs_preverifier(name))
+              and not isinstance(strategy_config(name), LookupConfig)]
     names.append("oracle")
     return names
 
@@ -97,24 +114,37 @@ def _needs_preverifier(name: str) -> bool:
     return config is not None and config.use_preverifier
 
 
-def resolve_strategies(names: list[str], has_preverifier: bool, oracle_gamma: int = 8) -> list[Strategy]:
+def resolve_strategies(names: list[str], has_preverifier: bool, oracle_gamma: int = 8,
+                       has_draft: bool = True) -> list[Strategy]:
     """Names -> strategies, in order, without duplicates; raises ValueError naming what is wrong.
 
     With `oracle`, an `sd-fixed-<oracle_gamma>` run is added when no fixed-γ run is that long: the oracle
     replays it, so its γ caps the oracle's draft length (pass the pre-verifier's max_draft_tokens).
+    With `lookup-oracle`, a `lookup-10` run is added when there is no pacer_hf lookup-<N> run to replay.
     """
     out: list[Strategy] = []
     for raw in names:
         name = raw.strip()
         for strategy in _resolve_one(name, has_preverifier):
+            if strategy.uses_draft and not has_draft:
+                raise ValueError(f"Strategy {name!r} needs a draft model and this run has none; run the "
+                                 "prompt-lookup strategies (hf-lookup, lookup-<N>, pacer-lookup) or pass a draft.")
             if all(s.name != strategy.name for s in out):
                 out.append(strategy)
+    if any(s.family == "lookup-oracle" for s in out) and not any(is_lookup_fixed(s) for s in out):
+        out.insert(1, _resolve_one(f"lookup-{DEFAULT_LOOKUP_TOKENS}", has_preverifier)[0])
     if not any(s.name == "ar" for s in out):
         out.insert(0, Strategy("ar", "ar"))  # every speedup and the greedy check are relative to ar
     if any(s.family == "oracle" for s in out) and not any(s.family == "sd-fixed" and s.gamma >= oracle_gamma
                                                           for s in out):
         out.insert(1, _sd_fixed(oracle_gamma))  # the oracle is computed from a long fixed-γ trace
     return out
+
+
+def is_lookup_fixed(strategy: Strategy) -> bool:
+    """pacer_hf's ungated lookup-<N>: every lookup token proposed, a trace the lookup oracle can replay."""
+    config = strategy_config(strategy.name) if strategy.family == "registered" else None
+    return isinstance(config, LookupConfig) and not config.use_preverifier
 
 
 def _sd_fixed(gamma: int) -> Strategy:
@@ -145,9 +175,20 @@ def _resolve_one(name: str, has_preverifier: bool) -> list[Strategy]:
         return [Strategy(name, "pacer", None, {}, block_size=1 if name == "pacer-b1" else None, needs_preverifier=True)]
     if name == "oracle":
         return [Strategy("oracle", "oracle")]
+    if name == "lookup-oracle":
+        return [Strategy("lookup-oracle", "lookup-oracle")]
+    if name == "hf-lookup":
+        return [s for n in LOOKUP_SWEEP for s in _resolve_one(f"hf-lookup-{n}", has_preverifier)]
+    if name.startswith("hf-lookup-"):
+        config = strategy_config(name[3:])  # the same N rule as pacer="lookup-<N>"
+        if config is None:
+            raise ValueError(f"Strategy {name!r}: write hf-lookup-<N> with an integer N >= 1.")
+        return [Strategy(name, "hf-lookup", lookup_tokens=config.num_tokens)]
     config: StrategyConfig | None = strategy_config(name)
     if isinstance(config, SpeculativeConfig) and not config.use_preverifier:
         return [_sd_fixed(config.gamma)]
+    if isinstance(config, LookupConfig):  # the gate is the target's (pacer_hf.attach), not a draft pre-verifier
+        return [Strategy(name, "registered", lookup_tokens=config.num_tokens or DEFAULT_LOOKUP_TOKENS)]
     if config is not None:
         if config.use_preverifier and not has_preverifier:
             raise ValueError(f"Strategy {name!r} needs a pre-verifier: pass --preverifier PATH.")
@@ -227,6 +268,7 @@ __all__ = [
     "call_context",
     "default_strategy_names",
     "draft_generation_config",
+    "is_lookup_fixed",
     "resolve_strategies",
     "sklearn_retuning",
 ]

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from transformers import PreTrainedModel
 
+from ..modeling_lookup_gate import PacerLookupGate
 from ..modeling_pacer import PacerPreVerifier
 from ..stats import PacerStats
 
@@ -61,13 +62,15 @@ class StrategyCall:
 
 @dataclass(frozen=True)
 class StrategyContext:
-    """What a builder may read: the pair, the resolved pre-verifier, the call's sampling mode and settings."""
+    """What a builder may read: the pair, the resolved pre-verifier and lookup gate, the call's sampling mode
+    and settings. `draft` is None only for strategies that need no draft model (prompt lookup)."""
 
     model: PreTrainedModel
-    draft: PreTrainedModel
+    draft: PreTrainedModel | None
     preverifier: PacerPreVerifier | None
     do_sample: bool
     draft_forward: str = "auto"
+    lookup_gate: PacerLookupGate | None = None
 
 
 @dataclass(frozen=True)

@@ -34,15 +34,18 @@ from .validate import compare_in_generate
 
 
 @torch.inference_mode()
-def measure_costs(target: PreTrainedModel, draft: PreTrainedModel, preverifier: PacerPreVerifier | None = None,
+def measure_costs(target: PreTrainedModel, draft: PreTrainedModel | None, preverifier: PacerPreVerifier | None = None,
                   context: int = 128, max_k: int = 16, repeats: int = 15, progress: bool = True) -> CostModel:
     """Time one target step, target forwards over k+1 tokens (k = 0..max_k) and one draft step on a cached
     `context`-token prefix; all relative to one target step. Interleaved repeats, medians. The draft step
-    goes through the forward the drafting loop uses (the lean one when the draft qualifies)."""
+    goes through the forward the drafting loop uses (the lean one when the draft qualifies). Without a
+    draft (prompt lookup) the draft cost is 0."""
     def timer(model: PreTrainedModel, width: int, keep: int | None):
         return cached_forward_timer(model, width, context, logits_to_keep=keep)
 
-    runs = {"draft": draft_step_timer(draft, context), "target": timer(target, 1, 1)}
+    runs = {"target": timer(target, 1, 1)}
+    if draft is not None:
+        runs["draft"] = draft_step_timer(draft, context)
     runs.update({f"verify-{k}": timer(target, k + 1, None) for k in range(1, max_k + 1)})
     if preverifier is not None:
         hidden = torch.zeros(1, preverifier.config.max_draft_tokens, preverifier.config.draft_hidden_size)
@@ -58,7 +61,7 @@ def measure_costs(target: PreTrainedModel, draft: PreTrainedModel, preverifier: 
     med = {name: statistics.median(values) for name, values in samples.items()}
     step = med["target"]
     verify = [1.0] + [med[f"verify-{k}"] / step for k in range(1, max_k + 1)]
-    return CostModel(draft_cost=med["draft"] / step, verify_cost=verify,
+    return CostModel(draft_cost=med.get("draft", 0.0) / step, verify_cost=verify,
                      preverifier_cost=med.get("preverifier", 0.0) / step, step_seconds=step)
 
 

@@ -36,7 +36,7 @@ from .smollm2_draft_train import read_records
 RESPONSES = "responses.jsonl"
 CATEGORY_PLAN = {  # train-split prompts per category, in this order (round-robin batches)
     "chat-humaneval": 116, "chat-docstring": 300, "chat-rewrite": 72,
-    "chat-summarize": 120, "chat-extract": 120, "chat-qa": 80,
+    "chat-summarize": 120, "chat-extract": 120, "chat-qa": 80, "chat-edit": 80,
 }
 HELDOUT_BUCKETS = 1  # of 10: sha1(key) % 10 < this -> held out of training (evaluation)
 

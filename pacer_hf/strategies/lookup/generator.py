@@ -1,0 +1,98 @@
+"""The lookup candidate generator: prompt-lookup tokens, as many as the gate allows, else the draft."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import GenerationConfig
+
+from ..._hf_compat import CandidateGenerator
+from ...candidate_generator import PacerCandidateGenerator
+from ...modeling_lookup_gate import PacerLookupGate, find_lookup, lookup_features
+from ...stats import PacerStats
+
+
+@dataclass
+class LookupStats(PacerStats):
+    """PacerStats plus lookup's share: `lookup_lengths[i]` of round i's proposed tokens came from lookup
+    (the rest, if any, from the draft); `matches` counts rounds where lookup found a match.
+    `preverifier_seconds` includes the lookup search and the gate."""
+
+    lookup_lengths: list[int] = field(default_factory=list)
+    matches: int = 0
+
+    @property
+    def lookup_acceptance(self) -> float:
+        """Accepted tokens / proposed tokens over the rounds that proposed lookup tokens."""
+        pairs = [(n, a) for n, a in zip(self.lookup_lengths, self.accepted) if n]
+        proposed = sum(n for n, _ in pairs)
+        return sum(a for _, a in pairs) / proposed if proposed else 0.0
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "lookup_acceptance": self.lookup_acceptance}
+
+
+class LookupCandidateGenerator(CandidateGenerator):
+    """Each round: find the lookup continuation, let the gate (if any) choose how much of it to propose;
+    with none proposed, `drafting` (a draft model's generator) proposes instead, or nothing does."""
+
+    def __init__(self, generation_config: GenerationConfig, *, num_tokens: int, max_ngram: int,
+                 gate: PacerLookupGate | None, stats: LookupStats, drafting: PacerCandidateGenerator | None = None):
+        self.num_tokens = num_tokens
+        self.max_ngram = max_ngram
+        self.gate = gate
+        self.stats = stats
+        self.drafting = drafting
+        self.max_length = generation_config.max_length
+        self.sampling = bool(generation_config.do_sample)
+        eos = generation_config.eos_token_id
+        self.eos = set() if eos is None else {int(t) for t in torch.as_tensor(eos).flatten().tolist()}
+        self.prompt_length: int | None = None
+        self.confidence: float | None = None  # the target's probability of the last token it chose
+
+    @torch.no_grad()
+    def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
+        cur_len = input_ids.shape[1]
+        if self.prompt_length is None:
+            self.prompt_length = cur_len
+        budget = min(self.num_tokens, self.max_length - cur_len - 1)
+        tokens = self._lookup(input_ids[0], budget) if budget > 0 else []
+        self.stats.lookup_lengths.append(len(tokens))
+        if not tokens and self.drafting is not None:
+            return self.drafting.get_candidates(input_ids)
+        self.stats.target_forwards += 1
+        self.stats.draft_lengths.append(len(tokens))
+        if not tokens:
+            return input_ids, None
+        proposal = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
+        return torch.cat((input_ids, proposal), dim=1), None
+
+    def _lookup(self, ids: torch.Tensor, budget: int) -> list[int]:
+        start = time.perf_counter()
+        match = find_lookup(ids.cpu(), budget, self.max_ngram)
+        tokens: list[int] = []
+        if match is not None:
+            self.stats.matches += 1
+            tokens = match.tokens.tolist()
+            if self.gate is not None:
+                features = lookup_features(match, ids.shape[0], self.prompt_length, self.confidence,
+                                           self.gate.config.max_lookup_tokens, self.gate.config.max_ngram_size,
+                                           self.sampling)
+                survival = self.gate.survival(features.to(self.gate.device, self.gate.dtype)).tolist()
+                tokens = tokens[: self.gate.choose_length(survival)]
+            for i, token in enumerate(tokens):
+                if token in self.eos:  # nothing after EOS can be accepted
+                    tokens = tokens[: i + 1]
+                    break
+        self.stats.preverifier_seconds += time.perf_counter() - start
+        return tokens
+
+    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
+        """Record the outcome; keep the target's probability of its last choice for the gate's next round."""
+        self.stats.accepted.append(int(num_matches))
+        if self.gate is not None:
+            start = time.perf_counter()
+            self.confidence = float(torch.softmax(scores[0, int(num_matches)].float(), dim=-1).max())
+            self.stats.preverifier_seconds += time.perf_counter() - start
