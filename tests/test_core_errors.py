@@ -64,7 +64,7 @@ def test_path_without_preverifier(pair, tmp_path):
     with pytest.raises(ValueError, match="holds no pre-verifier"):
         target.generate(IDS, max_new_tokens=4, assistant_model=draft, pacer=str(tmp_path))
     draft.save_pretrained(tmp_path / "a-draft")
-    with pytest.raises(ValueError, match="not 'pacer_preverifier'"):
+    with pytest.raises(ValueError, match="model_type='llama', not one of"):
         target.generate(IDS, max_new_tokens=4, assistant_model=draft, pacer=str(tmp_path / "a-draft"))
 
 

@@ -174,7 +174,7 @@ def brute_force_lookup(ids: list[int], max_tokens: int, max_ngram: int):
         if not hits:
             continue
 
-        def back(i):
+        def back(i, n=n):
             m = 0
             while m < min(32, length) and i + n - 1 - m >= 0 and ids[i + n - 1 - m] == ids[length - 1 - m]:
                 m += 1
@@ -275,8 +275,12 @@ def test_examples_label_the_accepted_prefix():
     # under sampling: p(3), p(4) on the path, and p(5) at the mismatch (its second choice there)
     assert examples["sampled_labels"][0].tolist() == pytest.approx(np.exp([-0.1, -0.2, -1.0, 0]).tolist() * np.array(
         [1, 1, 1, 0]), abs=1e-6)
-    rows = trainer.GateExamples([examples])
-    assert len(rows) == 2 * int((examples["available"] > 0).sum()) and rows.features[..., 9].sum() > 0
+    rows = trainer.GateExamples([examples])  # no sampled answers: the greedy path gives the sampling rows too
+    matched = int((examples["available"] > 0).sum())
+    assert len(rows) == 2 * matched and rows.features[..., 9].sum() == matched * 4
+    assert torch.equal(rows.labels[matched:], examples["sampled_labels"][examples["available"] > 0])
+    rows = trainer.GateExamples([examples, examples], sampled=[False, True])
+    assert len(rows) == 2 * matched and torch.equal(rows.labels[:matched], examples["labels"][examples["available"] > 0])
     assert examples["features"][0, 0, 7] == 1  # first round: no confidence yet
     assert examples["features"][1, 0, 6] == pytest.approx(np.exp(-0.1), abs=1e-6)
     assert examples["features"][..., 9].eq(0).all()  # greedy rows; GateExamples adds the sampling copies
@@ -330,8 +334,19 @@ def test_gate_loads_as_remote_code_and_runs(targets, tmp_path):
     code = ("from transformers import AutoModel; import torch; "
             f"m = AutoModel.from_pretrained({str(tmp_path / 'gate')!r}, trust_remote_code=True); "
             "assert type(m).__module__.startswith('transformers_modules'), type(m).__module__; "
-            "print(m.survival(torch.zeros(3, 9)).tolist())")
+            "print(m.survival(torch.zeros(3, 10)).tolist())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, "HF_MODULES_CACHE": str(tmp_path / "modules")})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == pytest.approx(gate.survival(torch.zeros(3, 9)).tolist())
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == pytest.approx(gate.survival(torch.zeros(3, 10)).tolist())
+    # in this process too (where AutoModel resolves to pacer_hf's registered class): a copy of the class
+    # loaded from the folder's code is normalised to pacer_hf's class and decides the same
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    remote_class = get_class_from_dynamic_module("modeling_lookup_gate.PacerLookupGate", str(tmp_path / "gate"))
+    copy = remote_class.from_pretrained(tmp_path / "gate")
+    assert type(copy) is not pacer_hf.PacerLookupGate
+    out = target.generate(REPEATING, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=6, pacer=copy)
+    lengths = pacer_hf.last_stats(target).draft_lengths
+    again = target.generate(REPEATING, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=6, pacer=gate)
+    assert torch.equal(out, again) and pacer_hf.last_stats(target).draft_lengths == lengths

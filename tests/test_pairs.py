@@ -264,7 +264,8 @@ def test_shipped_draft_and_preverifier_are_loaded_and_checked(tiny_gguf, cached,
 
     shutil.copytree(root / "cache", tmp_path / "cache")
     loaded = load(tiny_gguf, tmp_path)
-    assert loaded.draft is not None and not loaded.draft.training and loaded.notes == []
+    assert loaded.draft is not None and not loaded.draft.training
+    assert [note for note in loaded.notes if 'lookup gate' not in note] == []
     assert loaded.preverifier is not None and not loaded.preverifier.training
     import pacer_hf
 
@@ -324,3 +325,28 @@ def test_cache_dir_default_honours_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv(pairs.CACHE_ENV)
     assert pairs.smollm2_cache_dir() == Path.home() / ".cache" / "pacer_hf" / "smollm2-135m-instruct"
     assert pairs.smollm2_cache_dir(tmp_path / "x") == tmp_path / "x"
+
+
+def test_shipped_lookup_gate_is_attached_and_checked(tiny_gguf, cached, tmp_path):
+    """hub_cards/smollm2-lookup-gate: load_pair attaches it, so prompt_lookup_num_tokens + pacer=True uses it;
+    a gate trained for another vocabulary is refused at load time."""
+    import shutil
+
+    import pacer_hf
+
+    root, pair = cached
+    vocab = pair.target.config.vocab_size
+    shutil.copytree(root / "cache", tmp_path / "cache")
+    cards = tmp_path / "cards"
+    gate = pacer_hf.PacerLookupGate(pacer_hf.PacerLookupGateConfig(vocab_size=vocab))
+    gate.save_pretrained(cards / "smollm2-lookup-gate")
+    loaded = load(tiny_gguf, tmp_path)
+    assert loaded.lookup_gate is not None and loaded.target._pacer_lookup_gate is loaded.lookup_gate
+    ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])
+    out = loaded.target.generate(ids, max_new_tokens=8, do_sample=False, prompt_lookup_num_tokens=4, pacer=True)
+    assert pacer_hf.last_stats(loaded.target).strategy == "pacer-lookup"
+    assert torch.equal(out, loaded.target.generate(ids, max_new_tokens=8, do_sample=False, pacer=None))
+    pacer_hf.PacerLookupGate(pacer_hf.PacerLookupGateConfig(vocab_size=vocab + 1)).save_pretrained(
+        cards / "smollm2-lookup-gate")
+    with pytest.raises(ValueError, match=f"{vocab + 1}-token vocabulary"):
+        load(tiny_gguf, tmp_path)

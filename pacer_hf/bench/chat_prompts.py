@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import ast
 import functools
-import textwrap
 import hashlib
 import random
 import re
 import sysconfig
+import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,6 +302,10 @@ def edit_units(path: Path) -> list[tuple[str, str]]:
         if not EDIT_LINES[0] <= (node.end_lineno or 0) - node.lineno + 1 <= EDIT_LINES[1] or not _parameters(node):
             continue
         code = textwrap.dedent("".join(lines[node.lineno - 1:node.end_lineno]))
+        try:  # a string literal indented less than the body keeps dedent from reaching column 0
+            ast.parse(code)
+        except SyntaxError:
+            continue
         out.append((f"{path.name}:{node.lineno}", code if code.endswith("\n") else code + "\n"))
     return out
 

@@ -2,14 +2,16 @@
 
 Reproducible and resumable; every stage writes under --work-dir:
   responses  the target's greedy answers to TRAIN-split chat prompts (`pacer-hf build-draft --stage
-             responses`, shared with the draft builder: pass its --work-dir to reuse them);
+             responses`, shared with the draft builder: pass its --work-dir to reuse them), and its T=1
+             samples for the first --sampled-prompts of them (on-policy data for sampling);
   examples   every answer position is a possible round start: the lookup match there (the same
              `find_lookup`/`lookup_features` that generation runs), and for each proposed token whether
-             the target's greedy answer continues with it (labels up to the first mismatch), and, for
-             sampling, the target's T=1 probability of that token on the same path (from the answers'
-             top-16 log-probabilities; 0 outside them);
+             the target's answer continues with it (labels up to the first mismatch), and the target's
+             T=1 probability of that token on the same path (from the answers' top-16 log-probabilities;
+             0 outside them);
   train      `transformers.Trainer` on both (binary cross-entropy per token, conditional on the tokens
-             before it being accepted; the `sampling` feature says which); answers held out by the
+             before it being accepted): greedy answers with greedy labels (`sampling` feature 0),
+             sampled answers with T=1 probabilities (`sampling` feature 1); answers held out by the
              responses stage are the eval set;
   costs      what proposing k = 0..N tokens costs on this machine: one target forward of k + 1 new tokens
              after a cached prefix, relative to k = 0 (interleaved medians) -> the gate's round_cost;
@@ -29,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..modeling_lookup_gate import PacerLookupGate, expected_gain_length, find_lookup, lookup_features
 from ..configuration_lookup_gate import NUM_LOOKUP_FEATURES, PacerLookupGateConfig
+from ..modeling_lookup_gate import PacerLookupGate, expected_gain_length, find_lookup, lookup_features
 
 EXAMPLES = "lookup_examples.pt"
 EXAMPLES_FORMAT = 2  # bump when record_examples changes: cached examples of another format are rebuilt
@@ -94,7 +96,8 @@ def stage_examples(records: list[dict], work: Path, max_tokens: int, max_ngram: 
                   for r in tqdm(records, desc="lookup examples", unit="answer", disable=not progress)]
     examples = {
         "settings": settings,
-        "records": [{"key": r["key"], "category": r["category"], "heldout": r["heldout"]} for r in records],
+        "records": [{"key": r["key"], "category": r["category"], "heldout": r["heldout"],
+                     "sampled": r.get("sampled", False)} for r in records],
         "per_record": per_record,
     }
     torch.save(examples, path)
@@ -105,19 +108,27 @@ def stage_examples(records: list[dict], work: Path, max_tokens: int, max_ngram: 
 
 
 class GateExamples(torch.utils.data.Dataset):
-    """Rounds with a lookup match, as Trainer rows (features, labels, label_mask): each round twice, with
-    greedy labels (sampling feature 0) and with T=1 acceptance probabilities (sampling feature 1)."""
+    """Rounds with a lookup match, as Trainer rows (features, labels, label_mask): rounds of greedy answers
+    with greedy labels (sampling feature 0), rounds of sampled answers (`sampled[i]`) with T=1 acceptance
+    probabilities (sampling feature 1). Without any sampled answer, the greedy rounds also give the sampling
+    rows (T=1 probabilities along the greedy path)."""
 
-    def __init__(self, per_record: list[dict]):
-        features = torch.cat([e["features"] for e in per_record])
-        keep = torch.cat([torch.as_tensor(e["available"] > 0) for e in per_record])
-        features, mask = features[keep], torch.cat([e["label_mask"] for e in per_record])[keep]
-        sampling = features.clone()
-        sampling[..., SAMPLING_FEATURE] = 1.0
-        self.features = torch.cat([features, sampling])
-        self.labels = torch.cat([torch.cat([e["labels"] for e in per_record])[keep],
-                                 torch.cat([e["sampled_labels"] for e in per_record])[keep]])
-        self.label_mask = torch.cat([mask, mask])
+    def __init__(self, per_record: list[dict], sampled: list[bool] | None = None):
+        sampled = sampled or [False] * len(per_record)
+        greedy = [e for e, s in zip(per_record, sampled) if not s]
+        sampling = [e for e, s in zip(per_record, sampled) if s] or greedy
+        parts = [self._rows(greedy, "labels", 0.0), self._rows(sampling, "sampled_labels", 1.0)]
+        self.features, self.labels, self.label_mask = (torch.cat(column) for column in zip(*parts))
+
+    @staticmethod
+    def _rows(entries: list[dict], labels: str, sampling: float) -> tuple[torch.Tensor, ...]:
+        if not entries:
+            return torch.zeros(0, 0, NUM_LOOKUP_FEATURES), torch.zeros(0, 0), torch.zeros(0, 0)
+        keep = torch.cat([torch.as_tensor(e["available"] > 0) for e in entries])
+        features = torch.cat([e["features"] for e in entries])[keep]
+        features[..., SAMPLING_FEATURE] = sampling
+        return (features, torch.cat([e[labels] for e in entries])[keep],
+                torch.cat([e["label_mask"] for e in entries])[keep])
 
     def __len__(self) -> int:
         return self.features.shape[0]
@@ -133,8 +144,9 @@ def stage_train(examples: dict, work: Path, *, max_tokens: int, max_ngram: int, 
     out = work / TRAINED
     if (out / "config.json").is_file():
         return PacerLookupGate.from_pretrained(out).eval()
-    held = [e for e, r in zip(examples["per_record"], examples["records"]) if r["heldout"]]
-    train = [e for e, r in zip(examples["per_record"], examples["records"]) if not r["heldout"]]
+    pairs = list(zip(examples["per_record"], examples["records"]))
+    held = [(e, r.get("sampled", False)) for e, r in pairs if r["heldout"]]
+    train = [(e, r.get("sampled", False)) for e, r in pairs if not r["heldout"]]
     config = PacerLookupGateConfig(max_lookup_tokens=max_tokens, max_ngram_size=max_ngram, target_model=target_name,
                                    vocab_size=vocab_size)
     torch.manual_seed(seed)
@@ -145,7 +157,8 @@ def stage_train(examples: dict, work: Path, *, max_tokens: int, max_ngram: int, 
         eval_strategy="epoch", save_strategy="no", logging_steps=50, report_to=[], use_cpu=True, seed=seed,
         dataloader_num_workers=0,
     )
-    trainer = Trainer(model=gate, args=args, train_dataset=GateExamples(train), eval_dataset=GateExamples(held))
+    trainer = Trainer(model=gate, args=args, train_dataset=GateExamples(*map(list, zip(*train))),
+                      eval_dataset=GateExamples(*map(list, zip(*held))))
     trainer.train()
     gate.config.training = {"train_rounds": len(trainer.train_dataset), "eval_rounds": len(trainer.eval_dataset),
                             "eval_loss": round(trainer.evaluate()["eval_loss"], 4), "epochs": epochs, "lr": lr}
@@ -201,7 +214,7 @@ def speed_table(gate: PacerLookupGate, examples: dict, cost: list[float], max_to
     """Simulated speed over plain decoding on the held-out answers, per category and policy (mean over answers)."""
     table: dict[str, dict[str, list[float]]] = {}
     for entry, record in zip(examples["per_record"], examples["records"]):
-        if not record["heldout"] or len(entry["accepted"]) < 2:
+        if not record["heldout"] or record.get("sampled") or len(entry["accepted"]) < 2:
             continue
         acc, avail = entry["accepted"], entry["available"]
         row = table.setdefault(record["category"], {})
@@ -225,6 +238,8 @@ def add_arguments(parser) -> None:
                         help="responses, then train (examples + Trainer + costs), then ship")
     parser.add_argument("--cache-dir", default=None, help="load_pair('smollm2', cache_dir=...)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--sampled-prompts", type=int, default=320,
+                        help="train prompts also answered with T=1 samples (the sampling rows' data)")
     parser.add_argument("--max-tokens", type=int, default=10, help="most lookup tokens per round (scored)")
     parser.add_argument("--max-ngram", type=int, default=3, help="longest n-gram searched")
     parser.add_argument("--epochs", type=float, default=4.0)
@@ -237,7 +252,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from ..pairs import load_pair
-    from .smollm2_draft import RESPONSES, smollm2_prompts, stage_responses
+    from .smollm2_draft import RESPONSES, SAMPLED_RESPONSES, smollm2_prompts, stage_responses
     from .smollm2_draft_train import read_records
 
     torch.set_num_threads(args.threads)
@@ -245,10 +260,14 @@ def run(args) -> int:
     work.mkdir(parents=True, exist_ok=True)
     pair = load_pair("smollm2", cache_dir=args.cache_dir, cards_dir=work / "no-cards")
     if args.stage in ("all", "responses"):
-        stage_responses(pair.target, pair.tokenizer, smollm2_prompts(pair.tokenizer), work)
+        prompts = smollm2_prompts(pair.tokenizer)
+        stage_responses(pair.target, pair.tokenizer, prompts, work)
+        if args.sampled_prompts:
+            stage_responses(pair.target, pair.tokenizer, prompts[: args.sampled_prompts], work, do_sample=True)
     if args.stage == "responses":
         return 0
-    records = read_records(work / RESPONSES)
+    records = read_records(work / RESPONSES) + [
+        {**r, "key": "sampled:" + r["key"], "sampled": True} for r in read_records(work / SAMPLED_RESPONSES)]
     if not records:
         raise SystemExit(f"No answers in {work / RESPONSES}: run --stage responses first.")
     examples = stage_examples(records, work, args.max_tokens, args.max_ngram)
@@ -268,8 +287,13 @@ def run(args) -> int:
     gate.config.decision_rule = "expected_gain"
     gate.config.round_cost = costs["round_cost"]
     gate.config.training = {**(gate.config.training or {}), "costs": costs, "simulated_speed": table,
-                            "answers": len(records), "answer_tokens": sum(len(r["response"]) for r in records),
-                            "command": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+                            "answers": sum(not r.get("sampled") for r in records),
+                            "answer_tokens": sum(len(r["response"]) for r in records if not r.get("sampled")),
+                            "sampled_answers": sum(bool(r.get("sampled")) for r in records),
+                            "sampled_tokens": sum(len(r["response"]) for r in records if r.get("sampled")),
+                            "command": {k: v for k, v in vars(args).items()
+                                        if not k.startswith("_") and k not in ("command", "stage", "out", "cache_dir",
+                                                                               "work_dir")},
                             "built": time.strftime("%Y-%m-%d")}
     from .._paths import hub_cards_dir
 
@@ -306,20 +330,23 @@ the most expected tokens per unit of time under `round_cost`, measured on the ma
 
 ## Training
 - Data: {info['answers']} greedy answers of SmolLM2-135M-Instruct ({info['answer_tokens']} tokens) to train-split
-  chat prompts of `pacer_hf.bench.chat_prompts` (never the benchmark's prompts); answers held out by key
-  for evaluation. {info['train_rounds']} training rounds with a lookup match, {info['eval_rounds']} held out;
-  held-out loss {info['eval_loss']}.
+  chat prompts of `pacer_hf.bench.chat_prompts` (never the benchmark's prompts), and {info['sampled_answers']}
+  T=1 sampled answers ({info['sampled_tokens']} tokens) to the first of them; answers held out by key for
+  evaluation. Every answer position with a lookup match is a round: in greedy answers labelled with whether
+  the answer continues with each lookup token (feature `sampling` = 0), in sampled answers with the
+  target's T=1 probability of it (`sampling` = 1): {info['train_rounds']} training rows, {info['eval_rounds']}
+  held out; held-out loss {info['eval_loss']}.
 - `transformers.Trainer`, {info['epochs']} epochs, lr {info['lr']}.
 - Round cost (target forward of k + 1 tokens after a {costs['context']}-token cached prefix, relative to one
   token, {costs['threads']} thread, median of {costs['repeats']}): {costs['round_cost']}
   (ms: {costs['verify_ms']}).
-- Command: `pacer-hf train-lookup-gate {' '.join(f'--{k.replace("_", "-")} {v}' for k, v in info['command'].items()
-                                              if v is not None and k not in ('stage', 'out', 'cache_dir'))}`
+- Command: `pacer-hf train-lookup-gate --work-dir W {' '.join(f'--{k.replace("_", "-")} {v}'
+                                                       for k, v in info['command'].items() if v is not None)}`
 
 ## Simulated speed over plain decoding on held-out answers (greedy)
 Replaying each answer round by round with the measured round cost; fixed-N proposes every lookup
-token up to N, `oracle` proposes the best length per round knowing the answer. Real speed comes
-from `pacer-hf bench` (docs/BENCHMARKS.md).
+token up to N, `oracle` proposes the best length per round knowing the answer. Measured speeds, greedy
+and sampling, come from `pacer-hf bench --pair smollm2` (pacer_hf's docs/LOOKUP.md).
 
 | category | {' | '.join(names)} |
 |---|{'---|' * len(names)}

@@ -3,7 +3,7 @@
 Reproducible and resumable: every stage writes under --work-dir and picks up where it stopped.
 
 Stages (`--stage all` runs them in order):
-  responses  the target's greedy answers to TRAIN-split chat prompts (all six chat categories,
+  responses  the target's greedy answers to TRAIN-split chat prompts (all seven chat categories,
              round-robin), generated in batches of same-category prompts (left padding), with the
              target's top-k log-probabilities at every answer position; one jsonl record per prompt,
              appended as batches finish; prompts already in the file are skipped on restart.
@@ -34,6 +34,7 @@ import torch
 from .smollm2_draft_train import read_records
 
 RESPONSES = "responses.jsonl"
+SAMPLED_RESPONSES = "responses_sampled.jsonl"  # T=1 answers (`stage_responses(..., do_sample=True)`)
 CATEGORY_PLAN = {  # train-split prompts per category, in this order (round-robin batches)
     "chat-humaneval": 116, "chat-docstring": 300, "chat-rewrite": 72,
     "chat-summarize": 120, "chat-extract": 120, "chat-qa": 80, "chat-edit": 80,
@@ -82,16 +83,18 @@ def batches(prompts: list[tuple[str, str, list[int]]], batch_size: int) -> list[
 
 @torch.no_grad()
 def generate_batch(target, prompts: list[list[int]], max_new_tokens: int, top_k: int, pad_id: int,
-                   eos_ids: set[int]) -> list[dict]:
-    """Greedy answers for a batch of prompts (left-padded), with the top-k log-probs of every step."""
+                   eos_ids: set[int], do_sample: bool = False) -> list[dict]:
+    """Greedy (or T=1 sampled) answers for a batch of prompts (left-padded), with the top-k log-probs of
+    every step (of the raw logits: the T=1 distribution)."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, prompt in enumerate(prompts):
         ids[row, width - len(prompt):] = torch.tensor(prompt)
         mask[row, width - len(prompt):] = 1
-    out = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                          output_logits=True, return_dict_in_generate=True, pad_token_id=pad_id)
+    sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if do_sample else {"do_sample": False}
+    out = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, output_logits=True,
+                          return_dict_in_generate=True, pad_token_id=pad_id, **sampling)
     steps = torch.stack(out.logits, 1).float().log_softmax(-1)  # (batch, steps, vocab)
     values, indices = steps.topk(top_k, -1)
     records = []
@@ -105,13 +108,14 @@ def generate_batch(target, prompts: list[list[int]], max_new_tokens: int, top_k:
 
 def stage_responses(target, tokenizer, prompts: list[tuple[str, str, list[int]]], work: Path, *,
                     max_new_tokens: int = 128, batch_size: int = 8, top_k: int = 16,
-                    budget_s: float | None = None, progress: bool = True) -> Path:
-    """Append the target's greedy answers for `prompts` to work/responses.jsonl, skipping prompts already
+                    budget_s: float | None = None, progress: bool = True, do_sample: bool = False) -> Path:
+    """Append the target's greedy answers for `prompts` to work/responses.jsonl (with `do_sample`: T=1
+    samples to work/responses_sampled.jsonl, each batch seeded by its first key), skipping prompts already
     there; stops starting new batches after `budget_s` seconds (None: no limit). Returns the file."""
     from tqdm.auto import tqdm
 
     work.mkdir(parents=True, exist_ok=True)
-    path = work / RESPONSES
+    path = work / (SAMPLED_RESPONSES if do_sample else RESPONSES)
     records = read_records(path)
     if path.is_file():  # drop a torn last line so appends stay line-aligned
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -122,15 +126,18 @@ def stage_responses(target, tokenizer, prompts: list[tuple[str, str, list[int]]]
     pad_id = getattr(tokenizer, "pad_token_id", None)
     pad_id = pad_id if pad_id is not None else min(eos_ids or {0})
     tokens = sum(len(r["response"]) for r in records)
-    bar = tqdm(total=len(prompts), initial=len(prompts) - sum(map(len, todo)), unit="prompt", desc="responses",
+    bar = tqdm(total=len(prompts), initial=len(prompts) - sum(map(len, todo)), unit="prompt",
+               desc="sampled responses" if do_sample else "responses",
                disable=not progress, dynamic_ncols=True)
     start = time.perf_counter()
     with path.open("a") as handle:
         for batch in todo:
             if budget_s is not None and time.perf_counter() - start > budget_s:
                 break
+            if do_sample:
+                torch.manual_seed(int(hashlib.sha1(batch[0][0].encode()).hexdigest(), 16) % (1 << 31))
             for (key, category, ids), record in zip(batch, generate_batch(
-                    target, [b[2] for b in batch], max_new_tokens, top_k, pad_id, eos_ids)):
+                    target, [b[2] for b in batch], max_new_tokens, top_k, pad_id, eos_ids, do_sample)):
                 handle.write(json.dumps({"key": key, "category": category, "heldout": is_heldout(key),
                                          "prompt": ids, **record}) + "\n")
                 tokens += len(record["response"])
