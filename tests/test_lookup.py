@@ -350,3 +350,18 @@ def test_gate_loads_as_remote_code_and_runs(targets, tmp_path):
     lengths = pacer_hf.last_stats(target).draft_lengths
     again = target.generate(REPEATING, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=6, pacer=gate)
     assert torch.equal(out, again) and pacer_hf.last_stats(target).draft_lengths == lengths
+
+
+def test_shipped_gate_code_is_the_package_code_and_loads():
+    """hub_cards/smollm2-lookup-gate carries the model code for trust_remote_code: it must be pacer_hf's own."""
+    from pathlib import Path
+
+    from pacer_hf._paths import hub_cards_dir
+
+    folder = hub_cards_dir() / "smollm2-lookup-gate"
+    package = Path(pacer_hf.__file__).parent
+    for name in ("configuration_lookup_gate.py", "modeling_lookup_gate.py"):
+        assert (folder / name).read_text() == (package / name).read_text(), f"{name}: re-save the shipped gate"
+    gate = pacer_hf.PacerLookupGate.from_pretrained(folder)
+    assert gate.config.decision_rule == "expected_gain" and len(gate.config.round_cost) == 11
+    assert gate.config.vocab_size == 49152

@@ -157,15 +157,21 @@ def _docstring(split: str, rng: random.Random) -> Iterator[tuple[str, str]]:
         yield key, DOCSTRING_REQUEST.format(code=code if code.endswith("\n") else code + "\n")
 
 
+def _parsed(path: Path) -> tuple[ast.Module | None, list[str]]:
+    """A source file's syntax tree (None when it does not parse) and its lines, ends kept."""
+    source = path.read_text(errors="replace")
+    try:
+        return ast.parse(source), source.splitlines(keepends=True)
+    except (SyntaxError, ValueError):
+        return None, []
+
+
 def code_units(path: Path) -> list[tuple[str, str]]:
     """Classes with >= 2 methods, and runs of >= 2 consecutive top-level functions, at most
     MAX_CODE_LINES lines each: (file:line, source)."""
-    source = path.read_text(errors="replace")
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree, lines = _parsed(path)
+    if tree is None:
         return []
-    lines = source.splitlines(keepends=True)
     units, run = [], []
 
     def flush():
@@ -289,12 +295,9 @@ def _qa(split: str, rng: random.Random) -> Iterator[tuple[str, str]]:
 
 def edit_units(path: Path) -> list[tuple[str, str]]:
     """Functions and methods of EDIT_LINES lines with a parameter other than self/cls: (file:line, dedented source)."""
-    source = path.read_text(errors="replace")
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree, lines = _parsed(path)
+    if tree is None:
         return []
-    lines = source.splitlines(keepends=True)
     out = []
     for node in ast.walk(tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
