@@ -329,4 +329,11 @@ def run(args: argparse.Namespace) -> int:
     if int(__import__("os").environ.get("RANK", "0")) == 0:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}, indent=2))
         print(f"saved to {args.out}")
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        # leave the process group together: a rank exiting with its gloo threads alive can abort ("terminate
+        # called without an active exception") while rank 0 is still saving
+        dist.barrier()
+        dist.destroy_process_group()
     return 0
