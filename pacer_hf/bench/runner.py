@@ -361,10 +361,10 @@ def run_benchmark(
         bar.close()
     finally:
         counter.close()
-        if draft is not None and attached is None:
+        if draft is not None:  # the draft leaves with the pre-verifier it came with, if any
             draft.__dict__.pop("_pacer_preverifier", None)
-        elif draft is not None:
-            object.__setattr__(draft, "_pacer_preverifier", attached)
+            if attached is not None:
+                pacer_hf.attach(draft, attached)
     records = aggregate(calls, strategies, costs, config)
     meta = {"bench_schema": SCHEMA, "machine": machine_info(threads), "config": asdict(config),
             "strategies": [s.name for s in strategies],
