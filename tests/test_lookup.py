@@ -304,6 +304,9 @@ def test_trainer_pipeline_on_a_tiny_target(tmp_path):
     row = table["c"]
     assert row["oracle"] >= max(v for k, v in row.items() if k != "answers") - 1e-9
     assert row["gate"] > 1.0, row
+    costs = trainer.measure_round_cost(target, 4, context=8, repeats=2)
+    assert len(costs["round_cost"]) == len(costs["verify_ms"]) == 5 and costs["round_cost"][0] == 1.0
+    assert all(ms > 0 for ms in costs["verify_ms"])
     cached = trainer.stage_examples(records, tmp_path, max_tokens=4, max_ngram=2, progress=False)
     assert cached["settings"] == examples["settings"]
     json.dumps(table)

@@ -108,6 +108,11 @@ def lookup_features(match: LookupMatch, text_length: int, prompt_length: int, co
     return features
 
 
+def threshold_length(survival: list[float], threshold: float) -> int:
+    """How many leading tokens have survival probability >= `threshold`."""
+    return next((k for k, s in enumerate(survival) if s < threshold), len(survival))
+
+
 def expected_gain_length(survival: list[float], round_cost: list[float]) -> int:
     """The k in 0..len(survival) with the most expected tokens per unit of time, (1 + sum(survival[:k])) /
     round_cost[k]: a round yields its accepted tokens plus the target's own next token (ties: shorter)."""
@@ -168,8 +173,24 @@ class PacerLookupGate(PreTrainedModel):
     def choose_length(self, survival: list[float]) -> int:
         """How many of the scored tokens to propose (0..len(survival)), by the config's decision rule."""
         if self.config.decision_rule == "threshold":
-            return next((j for j, s in enumerate(survival) if s < self.config.threshold), len(survival))
+            return threshold_length(survival, self.config.threshold)
         return expected_gain_length(survival, self.config.round_cost)
+
+    @classmethod
+    def from_other_copy(cls, module: nn.Module) -> PacerLookupGate:
+        """This class's twin of a gate built by another copy of this code (pacer_hf or Hub remote code):
+        `isinstance` fails across copies, so config and weights are carried over."""
+        if isinstance(module, cls):
+            return module
+        config = getattr(module, "config", None)
+        if getattr(config, "model_type", None) != PacerLookupGateConfig.model_type:
+            raise TypeError(f"{type(module).__name__} is not a Pacer lookup gate.")
+        local = cls(PacerLookupGateConfig(**config.to_dict()))
+        local.load_state_dict(module.state_dict())
+        parameter = next(module.parameters(), None)
+        if parameter is not None:
+            local.to(device=parameter.device, dtype=parameter.dtype)
+        return local.train(module.training)
 
     def check_target(self, model: PreTrainedModel) -> None:
         """Refuse a target whose vocabulary differs from the one the gate was trained on."""

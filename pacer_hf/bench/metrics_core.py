@@ -147,7 +147,7 @@ def _lookup_columns(records: dict[str, dict], strategies: list[Strategy], cell: 
         verified = [_cheapest_width(a, d, costs) for c in cell[longest.name]
                     for a, d in zip(c["accepted"], c["draft_lengths"])]
         records["lookup-oracle"] = _oracle(cell[longest.name], longest, records["ar"], category, temperature, costs,
-                                           name="lookup-oracle", verified=verified)
+                                           name="lookup-oracle", verified=verified, draft_forwards=0)
     hf = [records[s.name] for s in strategies if s.family == "hf-lookup"]
     if not hf:
         return
@@ -174,13 +174,14 @@ def _cheapest_width(accepted: int, proposed: int, costs: CostModel) -> int:
 
 
 def _oracle(calls: list[dict], source: Strategy, ar: dict, category: str, temperature: float,
-            costs: CostModel, name: str = "oracle", verified: list[int] | None = None) -> dict:
-    """The oracle record: rounds verifying `verified` tokens (default: exactly the accepted ones)."""
+            costs: CostModel, name: str = "oracle", verified: list[int] | None = None,
+            draft_forwards: int | None = None) -> dict:
+    """The oracle record: rounds verifying `verified` tokens (default: exactly the accepted ones), drafted
+    at one draft forward per token unless `draft_forwards` says otherwise (0: lookup tokens cost none)."""
     lengths = [a for c in calls for a in c["accepted"]]
     verified = lengths if verified is None else verified
     tokens = sum(c["new_tokens"] for c in calls)
-    drafted = 0 if name == "lookup-oracle" else None  # lookup tokens cost no draft forward
-    speedup = tokens / modelled_time(verified, costs, drafted) if lengths else None
+    speedup = tokens / modelled_time(verified, costs, draft_forwards) if lengths else None
     rounds = len(lengths)
     return {
         "strategy": name, "family": name, "category": category, "temperature": temperature,
@@ -192,7 +193,8 @@ def _oracle(calls: list[dict], source: Strategy, ar: dict, category: str, temper
         "alpha": sum(lengths) / sum(verified) if sum(verified) else None,
         "mean_draft_len": float(np.mean(verified)) if verified else None,
         "draft_len_hist": _hist(verified), "rounds": rounds,
-        "draft_forwards_per_token": (0.0 if drafted == 0 else sum(lengths) / tokens) if tokens else None,
+        "draft_forwards_per_token": (sum(lengths) if draft_forwards is None else draft_forwards) / tokens
+        if tokens else None,
         "target_forwards_per_token": rounds / tokens if tokens else None,
         "preverifier_overhead": 0.0, "modelled_speedup": speedup or 1.0,
         "identical_to_ar": None, "draft_config": {}, "sklearn_retuning": False,

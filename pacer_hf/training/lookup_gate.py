@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import time
 from pathlib import Path
 
@@ -32,7 +31,13 @@ import numpy as np
 import torch
 
 from ..configuration_lookup_gate import NUM_LOOKUP_FEATURES, PacerLookupGateConfig
-from ..modeling_lookup_gate import PacerLookupGate, expected_gain_length, find_lookup, lookup_features
+from ..modeling_lookup_gate import (
+    PacerLookupGate,
+    expected_gain_length,
+    find_lookup,
+    lookup_features,
+    threshold_length,
+)
 
 EXAMPLES = "lookup_examples.pt"
 EXAMPLES_FORMAT = 2  # bump when record_examples changes: cached examples of another format are rebuilt
@@ -170,20 +175,15 @@ def stage_train(examples: dict, work: Path, *, max_tokens: int, max_ngram: int, 
 
 
 def measure_round_cost(target, max_tokens: int, context: int = 400, repeats: int = 15) -> dict:
-    """ms of one target forward of 1..max_tokens+1 new tokens after a cached `context`-token prefix,
-    interleaved, median of `repeats`; `round_cost[k]` is width k + 1 relative to width 1."""
-    from ..timing import cached_forward_timer
+    """Proposing k = 0..max_tokens lookup tokens costs a target forward of k + 1 tokens after a cached
+    `context`-token prefix: calibrate's measured verify costs (interleaved medians, no draft), as ms and
+    relative to one token (`round_cost`)."""
+    from .calibrate import measure_costs
 
-    timers = [cached_forward_timer(target, k + 1, context) for k in range(max_tokens + 1)]
-    for timer in timers:  # warm-up
-        timer()
-    samples = [[] for _ in timers]
-    for _ in range(repeats):
-        for k, timer in enumerate(timers):
-            samples[k].append(timer())
-    ms = [1000 * statistics.median(s) for s in samples]
-    return {"verify_ms": [round(m, 2) for m in ms], "round_cost": [round(m / ms[0], 4) for m in ms],
-            "context": context, "repeats": repeats, "threads": torch.get_num_threads()}
+    costs = measure_costs(target, None, context=context, max_k=max_tokens, repeats=repeats)
+    return {"verify_ms": [round(1000 * costs.step_seconds * v, 2) for v in costs.verify_cost],
+            "round_cost": [round(v, 4) for v in costs.verify_cost], "context": context, "repeats": repeats,
+            "threads": torch.get_num_threads()}
 
 
 def simulate(accepted: np.ndarray, available: np.ndarray, lengths: np.ndarray, cost: list[float]) -> float:
@@ -205,8 +205,7 @@ def policy_lengths(gate: PacerLookupGate, entry: dict, cost: list[float] | None,
     for t, k in enumerate(entry["available"]):
         if k:
             s = survival[t, :k].tolist()
-            out[t] = expected_gain_length(s, cost) if cost is not None else next(
-                (j for j, p in enumerate(s) if p < threshold), k)
+            out[t] = expected_gain_length(s, cost) if cost is not None else threshold_length(s, threshold)
     return out
 
 
