@@ -39,10 +39,12 @@ __all__ = [
     "AssistedCandidateGenerator",
     "CandidateGenerator",
     "DynamicCache",
+    "check_batch_cache",
     "check_supported",
     "crop_cache",
     "default_candidate_generator",
     "eos_tensor",
+    "gather_cache_slots",
     "speculative_sampling",
 ]
 
@@ -110,3 +112,26 @@ def crop_cache(cache: DynamicCache, length: int, shrink: bool = False) -> None:
     excess = cache.get_seq_length() - length
     if excess > 0 or shrink:
         cache.crop(-max(excess, 0))
+
+
+def check_batch_cache(cache: DynamicCache) -> None:
+    """Batched verification masks and realigns cache slots: only full-attention dynamic layers allow it."""
+    from transformers.cache_utils import DynamicLayer
+
+    kinds = {type(layer).__name__ for layer in getattr(cache, "layers", [])}
+    if not isinstance(cache, DynamicCache) or any(type(layer) is not DynamicLayer for layer in cache.layers):
+        raise ValueError(
+            f"pacer_hf's batched loop needs a DynamicCache of full-attention layers; this model's cache has {kinds} "
+            "(sliding-window or linear-attention layers cannot mask per-row slots). Call generate once per prompt."
+        )
+
+
+def gather_cache_slots(cache: DynamicCache, index: torch.Tensor) -> None:
+    """Keep, per row, the cache slots `index[b]` (batch, slots), in that order: realigns rows of different lengths."""
+    for layer in cache.layers:
+        if layer.keys is None or layer.keys.numel() == 0:
+            continue
+        batch, heads, _, dim = layer.keys.shape
+        expanded = index.to(layer.keys.device)[:, None, :, None].expand(batch, heads, index.shape[1], dim)
+        layer.keys = layer.keys.gather(2, expanded)
+        layer.values = layer.values.gather(2, expanded)

@@ -22,6 +22,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from ._hf_compat import check_supported, default_candidate_generator
 from .draft_forwards import DRAFT_FORWARDS
+from .batch_loop import BATCH_CACHES, batched_assisted_decoding, check_batch_memory
 from .lean_loop import lean_assisted_decoding
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
@@ -103,6 +104,9 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     draft_forward = kwargs.pop("pacer_draft_forward", "auto")
     if draft_forward not in DRAFT_FORWARDS:
         raise ValueError(f"pacer_draft_forward={draft_forward!r}: choose one of {DRAFT_FORWARDS} (default 'auto').")
+    batch_cache = kwargs.pop("pacer_batch_cache", "mask")
+    if batch_cache not in BATCH_CACHES:
+        raise ValueError(f"pacer_batch_cache={batch_cache!r}: choose one of {BATCH_CACHES} (default 'mask').")
     if pacer is _MISSING:
         pacer = getattr(kwargs.get("generation_config") or self.generation_config, "pacer", None)
     if pacer is None or pacer is False:
@@ -118,7 +122,18 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
         )
     call = _resolve(self, pacer, args, kwargs, draft_forward)
     call.stats.loop = loop
-    if loop == "lean":  # transformers gives a custom_generate callable neither the draft nor the streamer
+    size = _batch_size(args, kwargs)
+    batched = size > 1
+    if batched:
+        try:
+            _check_batch(self, call, loop, kwargs, args[0] if args else kwargs.get("input_ids", kwargs.get("inputs")))
+            plan = call.batch(batch_cache)
+        except Exception:
+            call.close()
+            raise
+        call.stats.draft_forward = "model"
+        kwargs["custom_generate"] = functools.partial(batched_assisted_decoding, plan=plan)
+    elif loop == "lean":  # transformers gives a custom_generate callable neither the draft nor the streamer
         kwargs["custom_generate"] = functools.partial(
             lean_assisted_decoding, assistant_model=kwargs.get("assistant_model"), streamer=kwargs.get("streamer"),
             candidate_generator=call.make,
@@ -134,7 +149,8 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     stats = call.stats
     stats.seconds = time.perf_counter() - start
     sequences = output if isinstance(output, torch.Tensor) else output.sequences
-    stats.new_tokens = sequences.shape[1] - _prompt_length(self, args, kwargs)
+    if not batched:  # the batched loop counts each row's tokens, padding excluded
+        stats.new_tokens = sequences.shape[1] - _prompt_length(self, args, kwargs)
     self._pacer_last_stats = stats
     return output
 
@@ -338,14 +354,57 @@ def _check_inputs(model: PreTrainedModel, args: tuple, kwargs: dict) -> None:
     if input_ids is not None and input_ids.shape[-1] == 0:
         raise ValueError("pacer= needs a prompt of at least one token (input_ids is empty); start it with the "
                          "tokenizer's BOS token or any text.")
-    if input_ids is not None and input_ids.shape[0] > 1:
-        raise ValueError(
-            f"pacer= supports batch size 1 (transformers' assisted generation does too); got input_ids with batch "
-            f"size {input_ids.shape[0]}. Call generate once per prompt."
-        )
     mask = kwargs.get("attention_mask")
-    if mask is not None and not bool(mask.all()):
-        raise ValueError("pacer= does not support padded prompts (attention_mask has zeros); pass the prompt unpadded.")
+    if input_ids is not None and input_ids.shape[0] > 1:
+        _check_padding(input_ids, mask)
+    elif mask is not None and not bool(mask.all()):
+        raise ValueError("pacer= with one prompt takes it unpadded (attention_mask has zeros); pass the prompt "
+                         "without padding.")
+
+
+def _check_padding(input_ids: torch.Tensor, mask: torch.Tensor | None) -> None:
+    """A batch must come left-padded with its attention mask, as a tokenizer with padding_side='left' gives it."""
+    if mask is None:
+        raise ValueError(
+            f"pacer= with a batch of {input_ids.shape[0]} prompts needs their attention_mask: pass the tokenizer's "
+            "output whole (tokenizer(prompts, padding=True, return_tensors='pt') with padding_side='left')."
+        )
+    if mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(input_ids.shape)}: "
+                         "pass the mask the tokenizer returned with these ids.")
+    if not bool(((mask == 0) | (mask == 1)).all()) or bool((mask[:, 1:] < mask[:, :-1]).any()):
+        raise ValueError(
+            "pacer= takes left-padded batches (each attention_mask row zeros, then ones); this mask has padding on "
+            "the right or in the middle. Set tokenizer.padding_side = 'left' and tokenize again."
+        )
+    if not bool(mask[:, -1].all()):
+        raise ValueError("A row of the batch is all padding (its attention_mask has no ones); drop that prompt.")
+
+
+def _check_batch(model: PreTrainedModel, call: StrategyCall, loop: str, kwargs: dict, input_ids: torch.Tensor) -> None:
+    """What batch > 1 refuses, before any work: strategies and settings the batched loop does not run."""
+    size = input_ids.shape[0]
+    if call.batch is None:
+        raise ValueError(
+            f"pacer={call.name!r} runs batch size 1 only; got {size} prompts. Batches run with Pacer, "
+            "sd-fixed-<γ> and pacer+ouroboros; call generate once per prompt for this strategy."
+        )
+    if loop != "lean":
+        raise ValueError(f"pacer_loop={loop!r} (transformers' assisted generation) supports batch size 1; got {size} "
+                         "prompts. Leave pacer_loop at 'lean' for batches.")
+    for name in ("streamer", "synced_gpus", "output_attentions", "output_hidden_states"):
+        if _generation_value(model, kwargs, name):
+            raise ValueError(f"pacer_hf's batched loop does not support {name}; call generate once per prompt "
+                             "for it.")
+    config = kwargs.get("generation_config") or model.generation_config
+    max_new = kwargs.get("max_new_tokens", config.max_new_tokens)
+    max_length = input_ids.shape[1] + max_new if max_new is not None else kwargs.get("max_length", config.max_length)
+    check_batch_memory(model, kwargs.get("assistant_model"), size, max_length)
+
+
+def _batch_size(args: tuple, kwargs: dict) -> int:
+    inputs = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
+    return 1 if inputs is None else inputs.shape[0]
 
 
 def _generation_value(model: PreTrainedModel, kwargs: dict, name: str):

@@ -13,7 +13,9 @@ class PacerStats:
     every round costs one target forward (the first one also reads the prompt). `loop` is the
     verification loop that ran: "lean" (pacer_hf's) or "transformers" (`_assisted_decoding`);
     `draft_forward` the draft's forward that ran: "lean" (`lean_draft.py`), "model" (its own
-    `forward`) or "compiled" (`compile_draft`).
+    `forward`) or "compiled" (`compile_draft`). With batch > 1 the counters are the batch's totals
+    (a round is one target forward for every row; `new_tokens` excludes padding) and `rows[b]` holds
+    row b's own rounds.
     """
 
     strategy: str
@@ -26,6 +28,7 @@ class PacerStats:
     seconds: float = 0.0
     loop: str = "lean"
     draft_forward: str = "model"
+    rows: list[PacerStats] = field(default_factory=list)
 
     @property
     def tau(self) -> float:

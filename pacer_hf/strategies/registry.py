@@ -47,12 +47,14 @@ class StrategyConfig:
 @dataclass
 class StrategyCall:
     """One `generate` call's strategy: `make(generation_config, logits_processor)` builds its
-    candidate generator; `close()` runs once the call ends (workers stopped, stats finalised)."""
+    candidate generator; `batch(cache_mode)`, for strategies that run batches of prompts, the
+    `batch_loop.BatchPlan`; `close()` runs once the call ends (workers stopped, stats finalised)."""
 
     name: str
     make: Callable[..., Any]
     stats: PacerStats
     closers: list[Callable[[], None]] = field(default_factory=list)
+    batch: Callable[[str], Any] | None = None
 
     def close(self) -> None:
         for close in self.closers:

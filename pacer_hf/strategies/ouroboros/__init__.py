@@ -20,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ...batch_loop import BatchPlan
 from ...candidate_generator import PacerStoppingCriteria
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
-from .generator import OuroborosCandidateGenerator, OuroborosStats
+from .generator import BatchPhrases, OuroborosCandidateGenerator, OuroborosStats
 from .pool import PhrasePool, phrase_pool, pool_for, reset_phrase_pool
 
 __all__ = [
@@ -108,7 +109,14 @@ def build(config: OuroborosConfig, context: StrategyContext) -> StrategyCall:
     def record_pool_size() -> None:
         stats.pool_phrases = len(pool)
 
-    return StrategyCall(name=name, make=make, stats=stats, closers=[record_pool_size])
+    def batch(cache_mode: str) -> BatchPlan:
+        if config.from_target_tail:
+            raise ValueError("OuroborosConfig(from_target_tail=True) runs batch size 1 only; pass "
+                             "from_target_tail=False for a batch, or call generate once per prompt.")
+        return BatchPlan(context.draft, max_draft_tokens, stats, preverifier, cache_mode,
+                         phrases=BatchPhrases(pool, config, stats))
+
+    return StrategyCall(name=name, make=make, stats=stats, closers=[record_pool_size], batch=batch)
 
 
 register_strategy(

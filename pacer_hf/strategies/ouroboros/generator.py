@@ -141,3 +141,53 @@ class OuroborosCandidateGenerator(PacerCandidateGenerator):
             end = offset + j
             for k in range(1, min(self.pool.key_length, end + 1) + 1):
                 self.pool.insert(self._candidate[end - k + 1 : end + 1], phrase)
+
+
+class BatchPhrases:
+    """The phrase pool in the batched loop (`batch_loop.py`): every row looks up and feeds the one pool.
+
+    Per row it does what `OuroborosCandidateGenerator` does for one sequence, over the row's real tokens
+    (its padding excluded): index the prompt, extend each draft with the newest phrase that follows it,
+    index drafts and verified text.
+    """
+
+    def __init__(self, pool: PhrasePool, config, stats: OuroborosStats):
+        self.pool, self.config, self.stats = pool, config, stats
+        self.fresh: dict[int, int] = {}  # row -> first committed key end whose phrase may still grow
+
+    def extend(self, row: int, text: list[int], drafted: list[int], room: int, eos: set[int],
+               row_stats: OuroborosStats) -> list[int]:
+        """The pool tokens to append to `drafted` (at most `room`), after the row's `text`."""
+        if row not in self.fresh:  # first round: the prompt
+            self.fresh[row] = 0 if self.config.from_prompt else len(text) - 1
+            self._index(row, text)
+        key_start = max(0, len(text) - self.pool.key_length)
+        tail = text[key_start:] + drafted
+        phrase: list[int] = []
+        room = min(self.config.pool_tokens, room)
+        if room > 0 and not (drafted and drafted[-1] in eos):
+            phrase = list(self.pool.lookup(tail)[:room])
+            for i, token in enumerate(phrase):
+                if token in eos:  # nothing after EOS can be accepted
+                    del phrase[i + 1:]
+                    break
+        if self.config.from_draft and drafted:
+            self.pool.add(tail, start=len(text) - 1 - key_start)
+        self.pool.proposed_tokens += len(phrase)
+        for stats in (self.stats, row_stats):
+            stats.pool_lengths.append(len(phrase))
+        return phrase
+
+    def commit(self, row: int, text: list[int], drafted: int, pooled: int, accepted: int,
+               row_stats: OuroborosStats) -> None:
+        """After verification: count the accepted pool tokens, index the row's verified text."""
+        pool_accepted = min(pooled, max(0, accepted - drafted))
+        self.pool.accepted_tokens += pool_accepted
+        for stats in (self.stats, row_stats):
+            stats.pool_accepted.append(pool_accepted)
+        self._index(row, text)
+
+    def _index(self, row: int, text: list[int]) -> None:
+        low = max(0, self.fresh[row] - self.pool.key_length + 1)
+        self.pool.add(text[low:], start=self.fresh[row] - low)
+        self.fresh[row] = max(self.fresh[row], len(text) - self.pool.phrase_length)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ...batch_loop import BatchPlan
 from ...candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
 from ...stats import PacerStats
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
@@ -44,7 +45,10 @@ def build(config: SpeculativeConfig, context: StrategyContext) -> StrategyCall:
         return PacerCandidateGenerator(context.draft, generation_config, logits_processor, max_draft_tokens=gamma,
                                        stats=stats, stop=stop, draft_forward=context.draft_forward)
 
-    return StrategyCall(name=config.name, make=make, stats=stats)
+    def batch(cache_mode: str) -> BatchPlan:
+        return BatchPlan(context.draft, gamma, stats, preverifier, cache_mode)
+
+    return StrategyCall(name=config.name, make=make, stats=stats, batch=batch)
 
 
 register_strategy(

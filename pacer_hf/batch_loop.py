@@ -1,0 +1,452 @@
+"""Batched speculative decoding: B left-padded prompts, each row drafting its own length.
+
+transformers' assisted generation refuses batch > 1: after a round every row has accepted a different
+number of tokens, so the rows' caches, positions and masks no longer line up. Here every cache slot
+carries the position of the row token it holds, or -1 (`RowCache`): a row rolls back by masking its
+rejected slots (never zeroing them: zeroed keys still receive attention), positions are explicit per
+row, and the attention mask is `slot position >= 0`. One target forward per round verifies every row;
+rows that end (EOS, length limit, stopping criteria) leave both caches, so they stop costing work.
+
+Every token is decided per row exactly as the batch-1 loop (`lean_loop.py`) decides it: logits
+processors over the row's own ids (its left padding included, as in batched `generate`), greedy
+acceptance against the target's argmax, transformers' speculative sampling per row. Greedy output
+therefore equals the target's own batched `generate`, row for row; sampling keeps its distribution.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
+from transformers.generation import GenerateDecoderOnlyOutput
+
+from ._hf_compat import check_batch_cache, eos_tensor, gather_cache_slots, speculative_sampling
+from .modeling_pacer import PacerPreVerifier, draft_features
+from .stats import PacerStats
+
+BATCH_CACHES = ("mask", "compact")  # pacer_batch_cache=: mask rejected slots, or also realign rows every round
+
+
+@dataclass
+class BatchPlan:
+    """What a strategy hands the batch loop: the draft, its stop rule and the call's stats."""
+
+    draft: PreTrainedModel
+    max_draft_tokens: int
+    stats: PacerStats
+    preverifier: PacerPreVerifier | None = None
+    cache_mode: str = "mask"
+    phrases: Any = None  # Ouroboros' BatchPhrases: extends each row's draft with pool tokens
+
+
+@dataclass
+class _Row:
+    """One prompt's state: its left-padded prompt ids plus the tokens generated so far."""
+
+    index: int
+    ids: list[int]  # padded prompt + generated
+    pad: int  # left padding of the prompt
+    stats: PacerStats
+    generated: int = 0
+    scores: list[torch.Tensor] = field(default_factory=list)
+    raw: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        """Real tokens (no padding): also the position of the next token."""
+        return len(self.ids) - self.pad
+
+
+class RowCache:
+    """A transformers cache shared by rows of different lengths. `positions[b, s]` is the position of
+    row b's token in slot s, or -1 for a masked slot (padding, a rejected token, a row's filler)."""
+
+    def __init__(self, model: PreTrainedModel, cache, batch: int, device):
+        self.model, self.cache = model, cache
+        self.positions = torch.empty((batch, 0), dtype=torch.long, device=device)
+
+    def held(self) -> list[int]:
+        """Tokens each row has in the cache (always a prefix of the row)."""
+        return (self.positions >= 0).sum(1).tolist()
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int, hidden: bool = False):
+        """Run the model on a right-aligned block; returns the last `logits_to_keep` logits (and the
+        `lm_head` input at the last column when `hidden`)."""
+        self.positions = torch.cat((self.positions, positions), 1)
+        mask = (self.positions >= 0).long()
+        position_ids = positions.clamp_min(0).masked_fill(positions < 0, 1)  # batched generate's pad positions
+        captured = []
+        handle = None
+        if hidden:
+            handle = self.model.get_output_embeddings().register_forward_pre_hook(
+                lambda module, args: captured.append(args[0][:, -1]))
+        try:
+            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=position_ids,
+                             past_key_values=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        finally:
+            if handle is not None:
+                handle.remove()
+        return (out.logits, captured[-1]) if hidden else out.logits
+
+    def keep(self, lengths: list[int]) -> None:
+        """Mask every slot at or past each row's `lengths[b]`."""
+        limit = torch.tensor(lengths, device=self.positions.device)[:, None]
+        self.positions = self.positions.masked_fill(self.positions >= limit, -1)
+
+    def select(self, rows: list[int]) -> None:
+        index = torch.tensor(rows, device=self.positions.device)
+        self.cache.batch_select_indices(index)
+        self.positions = self.positions[index]
+
+    def compact(self, always: bool) -> None:
+        """Realign rows: each row's held slots move right, masked slots go (every round when `always`,
+        else once masked slots are over half the cache, which bounds its memory to about twice the text)."""
+        valid = self.positions >= 0
+        width = int(valid.sum(1).max())
+        if width == self.positions.shape[1] or (not always and 2 * width > self.positions.shape[1]):
+            return
+        # stable sort puts masked slots first and keeps held slots in order; keep the last `width`
+        order = torch.sort(valid.long(), dim=1, stable=True).indices[:, -width:]
+        gather_cache_slots(self.cache, order)
+        self.positions = self.positions.gather(1, order)
+
+
+def kv_bytes(model: PreTrainedModel, batch: int, slots: int) -> int:
+    """Bytes of a full-attention KV cache of `slots` positions for `batch` rows."""
+    config = model.config.get_text_config()
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    itemsize = next(model.parameters()).element_size()
+    return 2 * config.num_hidden_layers * batch * kv_heads * head_dim * slots * itemsize
+
+
+def available_memory(device: torch.device) -> int:
+    """Free bytes where the caches will live: the accelerator's free memory, else the host's available RAM."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    import os
+
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_batch_memory(model: PreTrainedModel, draft: PreTrainedModel | None, batch: int, max_length: int) -> None:
+    """Refuse, before any work, a batch whose caches cannot fit: masked slots keep the cache at most about
+    twice the text (`RowCache.compact`), and the prompt's logits are never all kept."""
+    slots = 2 * max_length + 64
+    needed = kv_bytes(model, batch, slots) + (kv_bytes(draft, batch, slots) if draft is not None else 0)
+    free = available_memory(model.device)
+    if needed > free:
+        raise ValueError(
+            f"A batch of {batch} prompts up to {max_length} tokens needs about {needed / 2**30:.1f} GiB of KV cache "
+            f"for the target and the draft, and {free / 2**30:.1f} GiB is free on {model.device}: pass fewer prompts "
+            "per generate call (or a smaller max_new_tokens)."
+        )
+
+
+def _right_aligned(blocks: list[list[int]], starts: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token and position tensors for per-row blocks of different lengths, padded on the left."""
+    width = max(len(block) for block in blocks)
+    tokens = torch.zeros((len(blocks), width), dtype=torch.long)
+    positions = torch.full((len(blocks), width), -1, dtype=torch.long)
+    for b, (block, start) in enumerate(zip(blocks, starts)):
+        if block:
+            tokens[b, width - len(block):] = torch.tensor(block)
+            positions[b, width - len(block):] = torch.arange(start, start + len(block))
+    return tokens.to(device), positions.to(device)
+
+
+# Logits processors that decide from one row's ids alone; batched `generate` may give them per-row state
+# (repetition penalty: each row's padding length), which `_row_processors` slices per row.
+ROW_PROCESSORS = {
+    "TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper", "TypicalLogitsWarper",
+    "EpsilonLogitsWarper", "EtaLogitsWarper", "TopHLogitsWarper", "MinLengthLogitsProcessor",
+    "MinNewTokensLengthLogitsProcessor", "RepetitionPenaltyLogitsProcessor", "NoRepeatNGramLogitsProcessor",
+    "NoBadWordsLogitsProcessor", "SequenceBiasLogitsProcessor", "SuppressTokensLogitsProcessor",
+    "SuppressTokensAtBeginLogitsProcessor", "ForcedBOSTokenLogitsProcessor", "ForcedEOSTokenLogitsProcessor",
+    "InfNanRemoveLogitsProcessor", "ExponentialDecayLengthPenalty", "LogitNormalization",
+}
+
+
+def _row_processors(processors: LogitsProcessorList, batch: int) -> list[LogitsProcessorList]:
+    """One processor list per row; refuses, before any forward, processors not known to work row by row."""
+    rows = [LogitsProcessorList() for _ in range(batch)]
+    for processor in processors:
+        name = type(processor).__name__
+        if name not in ROW_PROCESSORS:
+            raise ValueError(
+                f"pacer_hf's batched loop applies logits processors one row at a time and does not know {name}; "
+                "call generate once per prompt with it, or leave it out."
+            )
+        for b, row in enumerate(rows):
+            state = getattr(processor, "prompt_ignore_length", None)
+            if isinstance(state, torch.Tensor):  # repetition penalty's per-row padding lengths
+                processor_b = copy.copy(processor)
+                processor_b.prompt_ignore_length = state[b : b + 1]
+                row.append(processor_b)
+            else:
+                row.append(processor)
+    return rows
+
+
+def _process(processors: LogitsProcessorList, ids: list[int], logits: torch.Tensor, device) -> torch.Tensor:
+    """Logits processors per position, over the row's own ids (as the batch-1 loop applies them)."""
+    if len(processors) == 0:
+        return logits
+    prefix = torch.tensor([ids], device=device)
+    for i in range(logits.shape[0]):
+        logits[i : i + 1] = processors(prefix[:, : len(ids) - logits.shape[0] + 1 + i], logits[i : i + 1])
+    return logits
+
+
+class _Stopper:
+    """Pacer's per-row stop: after every block the pre-verifier scores the rows still drafting."""
+
+    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats):
+        self.preverifier, self.stats = preverifier.eval(), stats
+        self.block_size = preverifier.config.block_size
+
+    def start(self) -> None:
+        self.hidden, self.features, self.past, self.token_logits = [], [], None, None
+
+    @torch.no_grad()
+    def add(self, hidden: torch.Tensor, raw: torch.Tensor, tokens: torch.Tensor) -> list[tuple[bool, int]] | None:
+        """Record one drafted token per row; at a block boundary, (stop, trim) per row."""
+        self.hidden.append(hidden)
+        self.features.append(draft_features(raw, tokens))
+        if len(self.hidden) < self.block_size:
+            return None
+        start = time.perf_counter()
+        device = self.preverifier.device
+        out = self.preverifier(torch.stack(self.hidden, 1).to(device), torch.stack(self.features, 1).to(device),
+                               past_key_values=self.past)
+        self.hidden, self.features, self.past = [], [], out.past_key_values
+        logits = out.logits if self.token_logits is None else torch.cat((self.token_logits, out.logits), 1)
+        self.token_logits = logits
+        decisions = [self.preverifier.decide(row) for row in logits]
+        self.stats.preverifier_seconds += time.perf_counter() - start
+        return decisions
+
+
+def _draft_round(plan: BatchPlan, draft_cache: RowCache, rows: list[_Row], budgets: list[int],
+                 processors: list[LogitsProcessorList], config: GenerationConfig, eos_ids: set[int], stopper: _Stopper | None):
+    """Every row drafts up to its budget in lockstep; a row that stops feeds masked filler until all stop.
+
+    Returns per row the drafted tokens and, under sampling, their processed logits (the q of each token)."""
+    device = plan.draft.device
+    drafted: list[list[int]] = [[] for _ in rows]
+    qs: list[list[torch.Tensor]] = [[] for _ in rows]
+    drafting = [budget > 0 for budget in budgets]
+    if not any(drafting):  # the draft catches up next round
+        return drafted, qs
+    held = draft_cache.held()
+    tokens, positions = _right_aligned([row.ids[row.pad + h:] for row, h in zip(rows, held)], held, device)
+    logits, hidden = draft_cache.forward(tokens, positions, 1, hidden=True)
+    if stopper is not None:
+        stopper.start()
+    forwards = 1
+    while any(drafting):
+        raw = logits[:, -1].float() if config.do_sample else logits[:, -1]
+        chosen = torch.zeros(len(rows), dtype=torch.long)
+        for b, row in enumerate(rows):
+            if not drafting[b]:
+                continue
+            scores = _process(processors[row.index], row.ids + drafted[b], raw[b : b + 1].clone(), device)
+            if config.do_sample:
+                chosen[b] = torch.multinomial(torch.softmax(scores, dim=-1), 1)[0, 0]
+                qs[b].append(scores)
+            else:
+                chosen[b] = scores.argmax(dim=-1)[0]
+            drafted[b].append(int(chosen[b]))
+        decisions = stopper.add(hidden, raw, chosen.to(raw.device)) if stopper is not None else None
+        for b in range(len(rows)):
+            if not drafting[b]:
+                continue
+            if decisions is not None and decisions[b][0]:
+                drafting[b] = False
+                del drafted[b][len(drafted[b]) - decisions[b][1]:]  # a trim (greedy only: qs is empty)
+            elif len(drafted[b]) >= budgets[b] or drafted[b][-1] in eos_ids:
+                drafting[b] = False
+        if not any(drafting):
+            break
+        step_positions = [rows[b].length + len(drafted[b]) - 1 if drafting[b] else -1 for b in range(len(rows))]
+        positions = torch.tensor(step_positions, device=device)[:, None]
+        logits, hidden = draft_cache.forward(chosen[:, None].to(device), positions, 1, hidden=True)
+        forwards += 1
+    plan.stats.draft_forwards += forwards
+    # a trimmed block was fed to the draft but is not proposed: drop it (pool tokens may take its positions)
+    draft_cache.keep([row.length + len(tokens) for row, tokens in zip(rows, drafted)])
+    return drafted, qs
+
+
+@torch.no_grad()
+def batched_assisted_decoding(
+    model: PreTrainedModel,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config: GenerationConfig,
+    synced_gpus: bool = False,
+    streamer=None,
+    inputs_tensor: torch.Tensor | None = None,
+    plan: BatchPlan | None = None,
+    **model_kwargs,
+) -> GenerateDecoderOnlyOutput | torch.LongTensor:
+    """A `custom_generate` decoding method for B left-padded prompts (`pacer_hf.enable` binds `plan`)."""
+    config = generation_config
+    device = input_ids.device
+    stats = plan.stats
+    mask = model_kwargs["attention_mask"]
+    pads = (mask == 0).sum(1).tolist()
+    target_cache = RowCache(model, model_kwargs["past_key_values"], len(pads), device)
+    draft_cache = RowCache(plan.draft, _draft_cache(plan.draft), len(pads), plan.draft.device)
+    check_batch_cache(target_cache.cache)
+    eos = eos_tensor(config)
+    eos_ids = set() if eos is None else set(eos.flatten().tolist())
+    pad_id = getattr(config, "_pad_token_tensor", None)
+    pad_id = int(pad_id) if pad_id is not None else 0
+    max_new = config.max_length - input_ids.shape[1]
+    rows = [_Row(b, input_ids[b].tolist(), pads[b], type(stats)(strategy=stats.strategy)) for b in range(len(pads))]
+    keep_scores = config.return_dict_in_generate and config.output_scores
+    keep_logits = config.return_dict_in_generate and config.output_logits
+    stopper = _Stopper(plan.preverifier, stats) if plan.preverifier is not None else None
+    processors = _row_processors(logits_processor, len(rows))
+    active = list(rows)
+    while active:
+        budgets = [min(plan.max_draft_tokens, max_new - row.generated - 1) for row in active]
+        drafted, qs = _draft_round(plan, draft_cache, active, budgets, processors, config, eos_ids, stopper)
+        from_draft = [len(tokens) for tokens in drafted]
+        if plan.phrases is not None:
+            _extend(plan.phrases, active, drafted, qs, max_new, eos_ids, config, model)
+        held = target_cache.held()
+        # right-aligned, so the first round's block is the left-padded prompt plus each row's drafts
+        blocks = [row.ids[row.pad + h:] + d for row, h, d in zip(active, held, drafted)]
+        tokens, positions = _right_aligned(blocks, held, device)
+        width = max(len(d) for d in drafted) + 1
+        logits = target_cache.forward(tokens, positions, width).to(torch.float32)
+        stats.target_forwards += 1
+        finished = []
+        for b, row in enumerate(active):
+            k = len(drafted[b])
+            new_logits = logits[b, width - k - 1 :].clone()
+            raw = new_logits.clone() if keep_logits else None
+            new_logits = _process(processors[row.index], row.ids + drafted[b], new_logits, device)
+            valid = _accept(config, drafted[b], qs[b], new_logits, row.ids, device)
+            valid = valid[: max_new - row.generated]
+            for i, token in enumerate(valid):
+                if token in eos_ids:
+                    valid = valid[: i + 1]
+                    break
+            n = len(valid) - 1
+            row.ids += valid
+            row.generated += len(valid)
+            row.stats.draft_lengths.append(k)
+            row.stats.accepted.append(n)
+            if plan.phrases is not None:
+                plan.phrases.commit(row.index, row.ids[row.pad:], from_draft[b], k - from_draft[b], n, row.stats)
+            stats.draft_lengths.append(k)
+            stats.accepted.append(n)
+            if keep_scores:
+                row.scores += [new_logits[i] for i in range(n + 1)]
+            if keep_logits:
+                row.raw += [raw[i] for i in range(n + 1)]
+            ids = torch.tensor([row.ids], device=device)
+            if valid[-1] in eos_ids or row.generated >= max_new or bool(stopping_criteria(ids, None).any()):
+                finished.append(b)
+        lengths = [row.length - 1 for row in active]
+        target_cache.keep(lengths)
+        draft_cache.keep(lengths)
+        if finished:
+            active = [row for b, row in enumerate(active) if b not in finished]
+            kept = [b for b in range(len(lengths)) if b not in finished]
+            if kept:
+                target_cache.select(kept)
+                draft_cache.select(kept)
+        for cache in (target_cache, draft_cache) if active else ():
+            cache.compact(always=plan.cache_mode == "compact")
+    return _output(rows, config, pad_id, stats, keep_scores, keep_logits, device, target_cache.cache)
+
+
+def _extend(phrases, rows: list[_Row], drafted: list[list[int]], qs: list, max_new: int, eos_ids: set[int],
+            config: GenerationConfig, model: PreTrainedModel) -> None:
+    """Append each row's pool phrase to its draft. Under sampling a pool token is a deterministic proposal,
+    a one-hot q (or, with sampling_pool_q="none", the row falls back to target-only acceptance: q None)."""
+    for b, row in enumerate(rows):
+        room = max_new - row.generated - 1 - len(drafted[b])
+        phrase = phrases.extend(row.index, row.ids[row.pad:], drafted[b], room, eos_ids, row.stats)
+        if not phrase:
+            continue
+        drafted[b] += phrase
+        if not config.do_sample:
+            continue
+        if phrases.config.sampling_pool_q == "none":
+            qs[b] = None
+        elif qs[b] is not None:
+            vocab = model.get_output_embeddings().weight.shape[0]
+            for token in phrase:
+                one_hot = torch.full((1, vocab), float("-inf"))
+                one_hot[0, token] = 0.0
+                qs[b].append(one_hot)
+
+
+def _accept(config: GenerationConfig, drafted: list[int], qs: list[torch.Tensor] | None, new_logits: torch.Tensor,
+            ids: list[int], device) -> list[int]:
+    """The row's accepted drafted tokens plus the target's own next token (lean_loop's rule, per row)."""
+    k = len(drafted)
+    if config.do_sample and k > 0 and qs is not None:
+        candidates = torch.tensor([ids + drafted], device=device)
+        valid, _ = speculative_sampling(candidates, torch.cat([q.to(device) for q in qs])[None], k, new_logits[None],
+                                        assistant_ensemble_weight=config.assistant_ensemble_weight)
+        return valid[0].tolist()
+    if config.do_sample:
+        selected = torch.multinomial(new_logits.softmax(dim=-1), num_samples=1).squeeze(1).tolist()
+    else:
+        selected = new_logits.argmax(dim=-1).tolist()
+    n = 0
+    while n < k and drafted[n] == selected[n]:
+        n += 1
+    return selected[: n + 1]
+
+
+def _draft_cache(draft: PreTrainedModel):
+    from transformers import DynamicCache
+
+    return DynamicCache(config=draft.config)
+
+
+def _output(rows: list[_Row], config: GenerationConfig, pad_id: int, stats: PacerStats, keep_scores: bool,
+            keep_logits: bool, device, cache):
+    """Rows padded with `pad_token_id` after they end, as batched `generate` returns them."""
+    steps = max(row.generated for row in rows)
+    sequences = torch.full((len(rows), len(rows[0].ids) - rows[0].generated + steps), pad_id, dtype=torch.long)
+    for row in rows:
+        sequences[row.index, : len(row.ids)] = torch.tensor(row.ids)
+        row.stats.new_tokens = row.generated
+        row.stats.target_forwards = len(row.stats.accepted)
+    stats.rows = [row.stats for row in rows]
+    stats.new_tokens = sum(row.generated for row in rows)
+    sequences = sequences.to(device)
+    if not config.return_dict_in_generate:
+        return sequences
+    return GenerateDecoderOnlyOutput(
+        sequences=sequences,
+        scores=_per_step(rows, steps, pad_id, "scores") if keep_scores else None,
+        logits=_per_step(rows, steps, pad_id, "raw") if keep_logits else None,
+        past_key_values=cache,
+    )
+
+
+def _per_step(rows: list[_Row], steps: int, pad_id: int, name: str) -> tuple[torch.Tensor, ...]:
+    """(B, vocab) per step; a row that has ended puts all its mass on `pad_token_id` (what it emits)."""
+    vocab = getattr(rows[0], name)[0].shape[-1]
+    ended = torch.full((vocab,), float("-inf"))
+    ended[pad_id] = 0.0
+    out = []
+    for step in range(steps):
+        out.append(torch.stack([getattr(row, name)[step] if step < row.generated else ended.to(getattr(row, name)[0])
+                                for row in rows]))
+    return tuple(out)
