@@ -21,10 +21,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
+from transformers import (
+    DynamicCache,
+    GenerationConfig,
+    LogitsProcessorList,
+    PreTrainedModel,
+    StoppingCriteriaList,
+)
 from transformers.generation import GenerateDecoderOnlyOutput
 
 from ._hf_compat import check_batch_cache, eos_tensor, gather_cache_slots, speculative_sampling
+from .lean_draft import LeanDraft
 from .modeling_pacer import PacerPreVerifier, draft_features
 from .stats import PacerStats
 
@@ -41,6 +48,7 @@ class BatchPlan:
     preverifier: PacerPreVerifier | None = None
     cache_mode: str = "mask"
     phrases: Any = None  # Ouroboros' BatchPhrases: extends each row's draft with pool tokens
+    draft_forward: str = "auto"  # pacer_draft_forward=: "lean" when the draft qualifies, or its own forward
 
 
 @dataclass
@@ -99,8 +107,14 @@ class RowCache:
 
     def select(self, rows: list[int]) -> None:
         index = torch.tensor(rows, device=self.positions.device)
-        self.cache.batch_select_indices(index)
+        self._select(index)
         self.positions = self.positions[index]
+
+    def _select(self, index: torch.Tensor) -> None:
+        self.cache.batch_select_indices(index)
+
+    def _gather(self, order: torch.Tensor) -> None:
+        gather_cache_slots(self.cache, order)
 
     def compact(self, always: bool) -> None:
         """Realign rows: each row's held slots move right, masked slots go (every round when `always`,
@@ -111,8 +125,39 @@ class RowCache:
             return
         # stable sort puts masked slots first and keeps held slots in order; keep the last `width`
         order = torch.sort(valid.long(), dim=1, stable=True).indices[:, -width:]
-        gather_cache_slots(self.cache, order)
+        self._gather(order)
         self.positions = self.positions.gather(1, order)
+
+
+class LeanRowCache(RowCache):
+    """RowCache over the lean draft forward (`lean_draft.py`): the draft's layers as tensor ops on
+    preallocated per-row buffers, with the same slot bookkeeping."""
+
+    def __init__(self, lean: LeanDraft, batch: int, capacity: int):
+        self.lean, self.kv = lean, lean.new_cache(capacity, batch)
+        self.positions = torch.empty((batch, 0), dtype=torch.long, device=lean.device)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int, hidden: bool = False):
+        start, end = self.kv.length, self.kv.length + tokens.shape[1]
+        self.positions = torch.cat((self.positions, positions), 1)
+        slots, new = torch.arange(end, device=tokens.device), torch.arange(start, end, device=tokens.device)
+        # held slots up to its own; a masked query also sees itself (its output is never read)
+        visible = ((self.positions >= 0)[:, None, :] & (slots <= new[:, None])) | (slots == new[:, None])
+        last, logits = self.lean.rows(tokens, positions, self.kv, visible)
+        return (logits[:, None], last) if hidden else logits[:, None]
+
+    def _select(self, index: torch.Tensor) -> None:
+        for buffers in (self.kv.keys, self.kv.values):
+            for i, buffer in enumerate(buffers):
+                buffers[i] = buffer[index]
+
+    def _gather(self, order: torch.Tensor) -> None:
+        width = order.shape[1]
+        for buffers in (self.kv.keys, self.kv.values):
+            for buffer in buffers:
+                index = order[:, None, :, None].expand(buffer.shape[0], buffer.shape[1], width, buffer.shape[3])
+                buffer[:, :, :width] = buffer[:, :, : self.kv.length].gather(2, index)
+        self.kv.length = width
 
 
 def kv_bytes(model: PreTrainedModel, batch: int, slots: int) -> int:
@@ -300,10 +345,9 @@ def batched_assisted_decoding(
     config = generation_config
     device = input_ids.device
     stats = plan.stats
-    mask = model_kwargs["attention_mask"]
-    pads = (mask == 0).sum(1).tolist()
+    mask = model_kwargs.get("attention_mask")  # generate drops a mask of all ones
+    pads = [0] * input_ids.shape[0] if mask is None else (mask == 0).sum(1).tolist()
     target_cache = RowCache(model, model_kwargs["past_key_values"], len(pads), device)
-    draft_cache = RowCache(plan.draft, _draft_cache(plan.draft), len(pads), plan.draft.device)
     check_batch_cache(target_cache.cache)
     eos = eos_tensor(config)
     eos_ids = set() if eos is None else set(eos.flatten().tolist())
@@ -315,6 +359,8 @@ def batched_assisted_decoding(
     keep_logits = config.return_dict_in_generate and config.output_logits
     stopper = _Stopper(plan.preverifier, stats) if plan.preverifier is not None else None
     processors = _row_processors(logits_processor, len(rows))
+    # after every refusal above: choosing the lean draft forward runs the draft once to check it
+    draft_cache = _draft_cache(plan, len(pads), config.max_length)
     active = list(rows)
     while active:
         budgets = [min(plan.max_draft_tokens, max_new - row.generated - 1) for row in active]
@@ -412,10 +458,19 @@ def _accept(config: GenerationConfig, drafted: list[int], qs: list[torch.Tensor]
     return selected[: n + 1]
 
 
-def _draft_cache(draft: PreTrainedModel):
-    from transformers import DynamicCache
-
-    return DynamicCache(config=draft.config)
+def _draft_cache(plan: BatchPlan, batch: int, max_length: int) -> RowCache:
+    """The draft's RowCache: the lean forward when the draft qualifies (as in the batch-1 drafting loop)."""
+    draft = plan.draft
+    if plan.draft_forward != "model" and draft.__dict__.get("_pacer_decode_step") is None:
+        lean, reason = LeanDraft.for_model(draft, max_length)
+        if lean is not None:
+            plan.stats.draft_forward = "lean"
+            return LeanRowCache(lean, batch, min(2 * max_length, 1024))
+        if plan.draft_forward == "lean":
+            raise ValueError(f"pacer_draft_forward='lean' cannot run this draft: {reason}. "
+                             "Pass pacer_draft_forward='model' (or 'auto') to use the draft's own forward.")
+    plan.stats.draft_forward = "model"
+    return RowCache(draft, DynamicCache(config=draft.config), batch, draft.device)
 
 
 def _output(rows: list[_Row], config: GenerationConfig, pad_id: int, stats: PacerStats, keep_scores: bool,

@@ -21,8 +21,8 @@ import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
 from ._hf_compat import check_supported, default_candidate_generator
-from .draft_forwards import DRAFT_FORWARDS
 from .batch_loop import BATCH_CACHES, batched_assisted_decoding, check_batch_memory
+from .draft_forwards import DRAFT_FORWARDS
 from .lean_loop import lean_assisted_decoding
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
@@ -131,7 +131,6 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
         except Exception:
             call.close()
             raise
-        call.stats.draft_forward = "model"
         kwargs["custom_generate"] = functools.partial(batched_assisted_decoding, plan=plan)
     elif loop == "lean":  # transformers gives a custom_generate callable neither the draft nor the streamer
         kwargs["custom_generate"] = functools.partial(
@@ -172,6 +171,13 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict,
     draft = kwargs.get("assistant_model")
     lookup_tokens = _generation_value(model, kwargs, "prompt_lookup_num_tokens")
     config, module = _strategy(model, pacer, draft, lookup_tokens is not None)
+    size = _batch_size(args, kwargs)
+    if size > 1 and not config.supports_batch:  # before the builder runs (PEARL measures its γ there)
+        what = repr(pacer) if isinstance(pacer, str) else type(config).__name__
+        raise ValueError(
+            f"pacer={what} runs batch size 1 only; got {size} prompts. Batches run "
+            "with Pacer, sd-fixed-<γ>, ouroboros and pacer+ouroboros; call generate once per prompt for this strategy."
+        )
     if isinstance(config, LookupConfig):
         return _resolve_lookup(model, config, module, args, kwargs, lookup_tokens, draft_forward)
     if lookup_tokens is not None:
@@ -385,10 +391,7 @@ def _check_batch(model: PreTrainedModel, call: StrategyCall, loop: str, kwargs: 
     """What batch > 1 refuses, before any work: strategies and settings the batched loop does not run."""
     size = input_ids.shape[0]
     if call.batch is None:
-        raise ValueError(
-            f"pacer={call.name!r} runs batch size 1 only; got {size} prompts. Batches run with Pacer, "
-            "sd-fixed-<γ> and pacer+ouroboros; call generate once per prompt for this strategy."
-        )
+        raise TypeError(f"{call.name}: its config says supports_batch, but its builder gave no StrategyCall.batch.")
     if loop != "lean":
         raise ValueError(f"pacer_loop={loop!r} (transformers' assisted generation) supports batch size 1; got {size} "
                          "prompts. Leave pacer_loop at 'lean' for batches.")

@@ -52,8 +52,9 @@ class DraftKV:
     roll-back (`_hf_compat.crop_cache`) treats both alike; cropping just moves `length`.
     """
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int, dtype, device):
-        self.keys = [torch.empty(1, kv_heads, capacity, head_dim, dtype=dtype, device=device) for _ in range(layers)]
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int, dtype, device, batch: int = 1):
+        self.keys = [torch.empty(batch, kv_heads, capacity, head_dim, dtype=dtype, device=device)
+                     for _ in range(layers)]
         self.values = [torch.empty_like(k) for k in self.keys]
         self.length = 0
 
@@ -121,8 +122,8 @@ class LeanDraft:
             checked[key] = lean._mismatch(draft)
         return (None, checked[key]) if checked[key] else (lean, None)
 
-    def new_cache(self, capacity: int) -> DraftKV:
-        return DraftKV(len(self.layers), self.kv_heads, self.head_dim, capacity, self.dtype, self.device)
+    def new_cache(self, capacity: int, batch: int = 1) -> DraftKV:
+        return DraftKV(len(self.layers), self.kv_heads, self.head_dim, capacity, self.dtype, self.device, batch)
 
     def _rope(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         if end > self.cos.shape[0]:  # the draft's own rotary module, evaluated once for all positions
@@ -135,9 +136,7 @@ class LeanDraft:
     def __call__(self, input_ids: torch.Tensor, kv: DraftKV) -> tuple[torch.Tensor, torch.Tensor]:
         start, length = kv.length, input_ids.shape[1]
         end = start + length
-        kv.reserve(end)
         cos, sin = self._rope(end)
-        cos, sin = cos[start:end], sin[start:end]
         if length == 1:
             mask, causal = None, False
         elif start == 0:
@@ -145,10 +144,27 @@ class LeanDraft:
         else:  # new positions attend to the cache and causally among themselves
             mask = torch.arange(end, device=self.device) <= torch.arange(start, end, device=self.device)[:, None]
             causal = False
+        return self._forward(input_ids, kv, cos[start:end], sin[start:end], mask, causal)
+
+    @torch.no_grad()
+    def rows(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: DraftKV,
+             visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch whose rows have their own positions (`batch_loop.LeanRowCache`): `positions` (batch, new)
+        are the new tokens' positions, `visible` (batch, new, slots) which cache slots each may attend to."""
+        cos, sin = self._rope(int(positions.max()) + 1)
+        positions = positions.clamp_min(0)
+        return self._forward(input_ids, kv, cos[positions][:, None], sin[positions][:, None], visible[:, None], False)
+
+    def _forward(self, input_ids: torch.Tensor, kv: DraftKV, cos: torch.Tensor, sin: torch.Tensor,
+                 mask: torch.Tensor | None, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        batch, length = input_ids.shape
+        start = kv.length
+        end = start + length
+        kv.reserve(end)
         hidden = F.embedding(input_ids, self.embed)
         for i, (norm1, qkvo, qk_norm, scaling, norm2, mlp, act) in enumerate(self.layers):
             x = _rms_norm(hidden, *norm1)
-            q, k, v = (F.linear(x, w, b).view(1, length, -1, self.head_dim) for w, b in qkvo[:3])
+            q, k, v = (F.linear(x, w, b).view(batch, length, -1, self.head_dim) for w, b in qkvo[:3])
             if qk_norm is not None:
                 q, k = _rms_norm(q, *qk_norm[0]), _rms_norm(k, *qk_norm[1])
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -158,7 +174,7 @@ class LeanDraft:
             values[:, :, start:end] = v
             out = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=mask,
                                                  is_causal=causal, scale=scaling, enable_gqa=True)
-            hidden = hidden + F.linear(out.transpose(1, 2).reshape(1, length, -1), *qkvo[3])
+            hidden = hidden + F.linear(out.transpose(1, 2).reshape(batch, length, -1), *qkvo[3])
             x = _rms_norm(hidden, *norm2)
             (gate_w, gate_b), (up_w, up_b), down = mlp
             hidden = hidden + F.linear(act(F.linear(x, gate_w, gate_b)) * F.linear(x, up_w, up_b), *down)

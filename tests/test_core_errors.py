@@ -45,9 +45,9 @@ def test_vocabulary_mismatch(pair):
         target.generate(IDS, max_new_tokens=4, assistant_model=draft, pacer="sd-fixed-3")
 
 
-def test_batch_size_above_one(pair):
+def test_batch_without_attention_mask(pair):
     target, draft = pair()
-    with pytest.raises(ValueError, match="batch size 1"):
+    with pytest.raises(ValueError, match="needs their attention_mask"):
         target.generate(IDS.repeat(2, 1), max_new_tokens=4, assistant_model=draft, pacer="sd-fixed-3")
 
 

@@ -48,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--threads", type=int, help="torch.set_num_threads (default: physical cores)")
     what.add_argument("--seed", type=int, default=0)
     what.add_argument("--quick", action="store_true", help="few prompts, one run, a few γ: under 5 minutes on a CPU")
+    what.add_argument("--batch-sizes", help="e.g. 1,2,4,8: batched greedy generate instead (pacer_hf.bench.batch); "
+                      "strategies default to ar,sd-fixed-2,pacer,pacer+ouroboros; --prompts must reach the largest B")
+    what.add_argument("--batch-cache", default="mask", choices=["mask", "compact"],
+                      help="pacer_batch_cache for --batch-sizes (default mask)")
     out = parser.add_argument_group("output")
     out.add_argument("--out", default="bench-results", help="results folder (default ./bench-results)")
     out.add_argument("--overwrite", action="store_true", help="replace results (and a hand-written docs file)")
@@ -190,8 +194,20 @@ def _run(args: argparse.Namespace, report) -> int:
     has_preverifier = preverifier_path is not None
     has_draft = args.pair != "smollm2" or (hub_cards_dir() / "smollm2-draft").is_dir()
     has_gate = args.pair == "smollm2" and (hub_cards_dir() / "smollm2-lookup-gate").is_dir()
-    planned = resolve_strategies(strategies or default_strategy_names(args.quick, has_preverifier, has_draft, has_gate),
-                                 has_preverifier, has_draft=has_draft)
+    batch_sizes = _batch_sizes(args.batch_sizes)
+    if batch_sizes:
+        from .batch import BATCH_STRATEGIES, check_batch_strategies
+
+        strategies = list(check_batch_strategies(strategies or list(BATCH_STRATEGIES)))
+        if not has_draft:
+            raise ValueError(f"--batch-sizes runs draft strategies, and --pair {args.pair} ships no draft yet.")
+        if not has_preverifier and any(n.startswith("pacer") for n in strategies):
+            raise ValueError("pacer and pacer+ouroboros need a pre-verifier: pass --preverifier, or leave them out "
+                             "of --strategies.")
+        planned = []
+    else:
+        planned = resolve_strategies(strategies or default_strategy_names(args.quick, has_preverifier, has_draft,
+                                                                          has_gate), has_preverifier, has_draft=has_draft)
     check_dependencies(args, categories, planned)  # name errors and missing packages before any loading
     report.check_out_dir(args.out, args.overwrite)
     if args.write_docs:
@@ -234,6 +250,8 @@ def _run(args: argparse.Namespace, report) -> int:
             if category in CHAT_CATEGORIES:
                 prompts[category] = chat_prompts(tokenizer, category, "bench", n=config.prompts_per_category)
         origin = "; ".join(filter(None, [origin, "chat prompts: bench split of pacer_hf.bench.chat_prompts"]))
+    if batch_sizes:
+        return _run_batches(args, target, draft, preverifier, tokenizer, prompts, config, batch_sizes, strategies)
     try:
         result = run_benchmark(target, draft, prompts, config, preverifier=preverifier,
                                progress=not args.no_progress)
@@ -249,4 +267,37 @@ def _run(args: argparse.Namespace, report) -> int:
         records, meta = report.load_results(args.out)
         print(f"wrote {report.write_docs(records, meta, args.out, args.write_docs, overwrite=True)}")
     print((Path(args.out) / "results.md").read_text())
+    return 0
+
+
+def _batch_sizes(text: str | None) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(t) for t in _split(text) or [])
+    except ValueError:
+        raise ValueError(f"--batch-sizes {text!r}: pass comma-separated integers, e.g. 1,2,4,8.") from None
+    if any(size < 1 for size in sizes):
+        raise ValueError(f"--batch-sizes {text!r}: batch sizes must be >= 1.")
+    return sizes
+
+
+def _run_batches(args, target, draft, preverifier, tokenizer, prompts, config, batch_sizes, strategies) -> int:
+    """`--batch-sizes`: pacer_hf.bench.batch instead of the batch-1 benchmark."""
+    import torch
+
+    from .batch import BatchBenchConfig, run_batch_benchmark, write_batch_outputs
+    from .runner import BenchmarkMismatch, physical_cores
+
+    torch.set_num_threads(config.threads or physical_cores())
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    batch_config = BatchBenchConfig(batch_sizes=batch_sizes, strategies=tuple(strategies), runs=config.runs,
+                                    max_new_tokens=config.max_new_tokens, cache_mode=args.batch_cache)
+    try:
+        result = run_batch_benchmark(target, draft, preverifier, prompts, batch_config, pad_id,
+                                     progress=not args.no_progress)
+    except BenchmarkMismatch as error:
+        print(f"pacer-hf bench: FAILED: {error}", file=sys.stderr)
+        return 1
+    written = write_batch_outputs(result, args.out, _command(args), args.write_docs)
+    print(f"wrote {', '.join(str(p) for p in written)}")
+    print((Path(args.out) / "batch.md").read_text())
     return 0

@@ -8,6 +8,7 @@ import shutil
 import time
 from pathlib import Path
 
+from .batch import batch_section
 from .runner import SCHEMA, BenchResult
 
 OUTPUT_FILES = ("results.json", "run.json", "calls.json", "results.md")
@@ -200,5 +201,6 @@ def write_docs(records: list[dict], meta: dict, out_dir: str | Path, docs: str |
     ]
     lines += [f"![{png.stem}](benchmarks/{png.name})" for png in pngs]
     docs.parent.mkdir(parents=True, exist_ok=True)
-    docs.write_text("\n".join(lines) + "\n")
+    kept = batch_section(docs.read_text()) if docs.exists() else ""  # `--batch-sizes` writes its own section
+    docs.write_text("\n".join(lines) + "\n" + (f"\n{kept}" if kept else ""))
     return docs

@@ -30,6 +30,7 @@ class StrategyConfig:
     """
 
     strategy_type: ClassVar[str] = ""
+    supports_batch: ClassVar[bool] = False  # its builder's StrategyCall.batch runs batches of prompts
     use_preverifier: bool
 
     def to_dict(self) -> dict[str, Any]:

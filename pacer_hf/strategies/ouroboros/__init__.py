@@ -46,6 +46,7 @@ class OuroborosConfig(StrategyConfig):
     """
 
     strategy_type: ClassVar[str] = "ouroboros"
+    supports_batch: ClassVar[bool] = True
     use_preverifier: bool = False
     draft_tokens: int = 4
     """Draft-model tokens per round for pacer="ouroboros" (pacer+ouroboros uses the pre-verifier's cap)."""
@@ -114,7 +115,7 @@ def build(config: OuroborosConfig, context: StrategyContext) -> StrategyCall:
             raise ValueError("OuroborosConfig(from_target_tail=True) runs batch size 1 only; pass "
                              "from_target_tail=False for a batch, or call generate once per prompt.")
         return BatchPlan(context.draft, max_draft_tokens, stats, preverifier, cache_mode,
-                         phrases=BatchPhrases(pool, config, stats))
+                         phrases=BatchPhrases(pool, config, stats), draft_forward=context.draft_forward)
 
     return StrategyCall(name=name, make=make, stats=stats, closers=[record_pool_size], batch=batch)
 

@@ -21,6 +21,7 @@ class SpeculativeConfig(StrategyConfig):
     """`gamma`: tokens drafted per round (a cap under Pacer; None = the pre-verifier's max_draft_tokens)."""
 
     strategy_type: ClassVar[str] = "speculative"
+    supports_batch: ClassVar[bool] = True
     gamma: int | None = None
     use_preverifier: bool = False
 
@@ -46,7 +47,8 @@ def build(config: SpeculativeConfig, context: StrategyContext) -> StrategyCall:
                                        stats=stats, stop=stop, draft_forward=context.draft_forward)
 
     def batch(cache_mode: str) -> BatchPlan:
-        return BatchPlan(context.draft, gamma, stats, preverifier, cache_mode)
+        return BatchPlan(context.draft, gamma, stats, preverifier, cache_mode,
+                         draft_forward=context.draft_forward)
 
     return StrategyCall(name=config.name, make=make, stats=stats, batch=batch)
 
