@@ -36,6 +36,7 @@ from .modeling_pacer import PacerPreVerifier, draft_features
 from .stats import PacerStats
 
 BATCH_CACHES = ("mask", "compact")  # pacer_batch_cache=: mask rejected slots, or also realign rows every round
+BATCH_STOPS = ("row", "batch")  # pacer_batch_stop=: each row stops by its pre-verifier, or the rows stop together
 
 
 @dataclass
@@ -49,6 +50,7 @@ class BatchPlan:
     cache_mode: str = "mask"
     phrases: Any = None  # Ouroboros' BatchPhrases: extends each row's draft with pool tokens
     draft_forward: str = "auto"  # pacer_draft_forward=: "lean" when the draft qualifies, or its own forward
+    stop_mode: str = "row"  # pacer_batch_stop=: Pacer's stop per row, or one batch-wide stop (batch_continues)
 
 
 @dataclass
@@ -248,18 +250,75 @@ def _process(processors: LogitsProcessorList, ids: list[int], logits: torch.Tens
     return logits
 
 
-class _Stopper:
-    """Pacer's per-row stop: after every block the pre-verifier scores the rows still drafting."""
+class _Clock:
+    """This call's measured costs, for the batch-wide stop: seconds of a verify forward as a line in the
+    tokens it verifies (least squares over the timed rounds), of a lockstep draft step, of a pre-verifier call."""
 
-    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats):
-        self.preverifier, self.stats = preverifier.eval(), stats
+    def __init__(self):
+        self.sums = [0, 0.0, 0.0, 0.0, 0.0]  # n, Σx, Σy, Σxx, Σxy over (tokens, seconds) of verify forwards
+        self.widths: set[int] = set()
+        self.draft_step = self.preverifier_call = None
+
+    def verify(self, tokens: int, seconds: float) -> None:
+        n, sx, sy, sxx, sxy = self.sums
+        self.sums = [n + 1, sx + tokens, sy + seconds, sxx + tokens * tokens, sxy + tokens * seconds]
+        self.widths.add(tokens)
+
+    @staticmethod
+    def average(old: float | None, seconds: float) -> float:
+        return seconds if old is None else 0.8 * old + 0.2 * seconds
+
+    def ready(self) -> bool:
+        return len(self.widths) >= 2 and self.draft_step is not None and self.preverifier_call is not None
+
+    def verify_seconds(self, tokens: int) -> float:
+        n, sx, sy, sxx, sxy = self.sums
+        slope = max(0.0, (n * sxy - sx * sy) / max(n * sxx - sx * sx, 1e-12))
+        return (sy - slope * sx) / n + slope * tokens
+
+
+def batch_continues(probs: list[list[float]], open_rows: list[bool], block_size: int, max_tokens: int,
+                    seconds) -> bool:
+    """Pacer's expected-gain rule for a padded batch (`pacer_batch_stop="batch"`): one more block widens
+    every row's verify slot, paid whether a row fills it or not, so the rows draft on together while some
+    longer round is expected to yield more tokens, summed over the rows, per second (`seconds(n)`: a
+    round of n drafted tokens). Rows that cannot draft on (EOS, length limit) count as they are."""
+    n = max(len(p) for p in probs)
+    survival, future, tokens = [], [], 0.0
+    for p, open_row in zip(probs, open_rows):
+        alive = 1.0
+        tokens += 1.0
+        for x in p:
+            alive *= x
+            tokens += alive
+        survival.append(alive if open_row else 0.0)
+        future.append(sum(p[-block_size:]) / max(len(p[-block_size:]), 1))
+    rate_now = tokens / seconds(n)
+    for extra in range(1, (max_tokens - n) // block_size + 1):
+        for _ in range(block_size):
+            for b in range(len(survival)):
+                survival[b] *= future[b]
+                tokens += survival[b]
+        if tokens / seconds(n + extra * block_size) > rate_now:
+            return True
+    return False
+
+
+class _Stopper:
+    """Pacer in the batched loop: after every block the pre-verifier scores every row in one call. `mode`
+    "row": each row stops by its own decision (`PacerPreVerifier.decide`); "batch": the rows stop together
+    by `batch_continues` under this call's measured costs (per-row decisions until two widths are timed)."""
+
+    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, mode: str, clock: _Clock):
+        self.preverifier, self.stats, self.mode, self.clock = preverifier.eval(), stats, mode, clock
         self.block_size = preverifier.config.block_size
 
     def start(self) -> None:
         self.hidden, self.features, self.past, self.token_logits = [], [], None, None
 
     @torch.no_grad()
-    def add(self, hidden: torch.Tensor, raw: torch.Tensor, tokens: torch.Tensor) -> list[tuple[bool, int]] | None:
+    def add(self, hidden: torch.Tensor, raw: torch.Tensor, tokens: torch.Tensor, drafted: list[list[int]],
+            drafting: list[bool]) -> list[tuple[bool, int]] | None:
         """Record one drafted token per row; at a block boundary, (stop, trim) per row."""
         self.hidden.append(hidden)
         self.features.append(draft_features(raw, tokens))
@@ -272,13 +331,29 @@ class _Stopper:
         self.hidden, self.features, self.past = [], [], out.past_key_values
         logits = out.logits if self.token_logits is None else torch.cat((self.token_logits, out.logits), 1)
         self.token_logits = logits
-        decisions = [self.preverifier.decide(row) for row in logits]
-        self.stats.preverifier_seconds += time.perf_counter() - start
+        if self.mode == "batch" and self.clock.ready():
+            decisions = [(not self._batch_continues(logits, drafted, drafting), 0)] * len(drafted)
+        else:
+            decisions = [self.preverifier.decide(row) for row in logits]
+        seconds = time.perf_counter() - start
+        self.stats.preverifier_seconds += seconds
+        self.clock.preverifier_call = self.clock.average(self.clock.preverifier_call, seconds)
         return decisions
+
+    def _batch_continues(self, logits: torch.Tensor, drafted: list[list[int]], drafting: list[bool]) -> bool:
+        probs = torch.sigmoid(logits.float()).tolist()
+        probs = [p[: len(d)] for p, d in zip(probs, drafted)]  # a row that stopped: its filler is not a draft
+        clock, rows, block = self.clock, len(drafted), self.block_size
+
+        def seconds(n: int) -> float:
+            return n * clock.draft_step + -(-n // block) * clock.preverifier_call + clock.verify_seconds(rows * (n + 1))
+
+        return batch_continues(probs, drafting, block, self.preverifier.config.max_draft_tokens, seconds)
 
 
 def _draft_round(plan: BatchPlan, draft_cache: RowCache, rows: list[_Row], budgets: list[int],
-                 processors: list[LogitsProcessorList], config: GenerationConfig, eos_ids: set[int], stopper: _Stopper | None):
+                 processors: list[LogitsProcessorList], config: GenerationConfig, eos_ids: set[int],
+                 stopper: _Stopper | None, clock: _Clock):
     """Every row drafts up to its budget in lockstep; a row that stops feeds masked filler until all stop.
 
     Returns per row the drafted tokens and, under sampling, their processed logits (the q of each token)."""
@@ -307,7 +382,7 @@ def _draft_round(plan: BatchPlan, draft_cache: RowCache, rows: list[_Row], budge
             else:
                 chosen[b] = scores.argmax(dim=-1)[0]
             drafted[b].append(int(chosen[b]))
-        decisions = stopper.add(hidden, raw, chosen.to(raw.device)) if stopper is not None else None
+        decisions = stopper.add(hidden, raw, chosen.to(raw.device), drafted, drafting) if stopper is not None else None
         for b in range(len(rows)):
             if not drafting[b]:
                 continue
@@ -320,7 +395,9 @@ def _draft_round(plan: BatchPlan, draft_cache: RowCache, rows: list[_Row], budge
             break
         step_positions = [rows[b].length + len(drafted[b]) - 1 if drafting[b] else -1 for b in range(len(rows))]
         positions = torch.tensor(step_positions, device=device)[:, None]
+        start = time.perf_counter()
         logits, hidden = draft_cache.forward(chosen[:, None].to(device), positions, 1, hidden=True)
+        clock.draft_step = clock.average(clock.draft_step, time.perf_counter() - start)
         forwards += 1
     plan.stats.draft_forwards += forwards
     # a trimmed block was fed to the draft but is not proposed: drop it (pool tokens may take its positions)
@@ -357,14 +434,15 @@ def batched_assisted_decoding(
     rows = [_Row(b, input_ids[b].tolist(), pads[b], type(stats)(strategy=stats.strategy)) for b in range(len(pads))]
     keep_scores = config.return_dict_in_generate and config.output_scores
     keep_logits = config.return_dict_in_generate and config.output_logits
-    stopper = _Stopper(plan.preverifier, stats) if plan.preverifier is not None else None
+    clock = _Clock()
+    stopper = _Stopper(plan.preverifier, stats, plan.stop_mode, clock) if plan.preverifier is not None else None
     processors = _row_processors(logits_processor, len(rows))
     # after every refusal above: choosing the lean draft forward runs the draft once to check it
     draft_cache = _draft_cache(plan, len(pads), config.max_length)
     active = list(rows)
     while active:
         budgets = [min(plan.max_draft_tokens, max_new - row.generated - 1) for row in active]
-        drafted, qs = _draft_round(plan, draft_cache, active, budgets, processors, config, eos_ids, stopper)
+        drafted, qs = _draft_round(plan, draft_cache, active, budgets, processors, config, eos_ids, stopper, clock)
         from_draft = [len(tokens) for tokens in drafted]
         if plan.phrases is not None:
             _extend(plan.phrases, active, drafted, qs, max_new, eos_ids, config, model)
@@ -373,7 +451,10 @@ def batched_assisted_decoding(
         blocks = [row.ids[row.pad + h:] + d for row, h, d in zip(active, held, drafted)]
         tokens, positions = _right_aligned(blocks, held, device)
         width = max(len(d) for d in drafted) + 1
+        start = time.perf_counter()
         logits = target_cache.forward(tokens, positions, width).to(torch.float32)
+        if stats.target_forwards > 0:  # the first round also reads the prompts
+            clock.verify(len(active) * width, time.perf_counter() - start)
         stats.target_forwards += 1
         finished = []
         for b, row in enumerate(active):

@@ -49,9 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--seed", type=int, default=0)
     what.add_argument("--quick", action="store_true", help="few prompts, one run, a few γ: under 5 minutes on a CPU")
     what.add_argument("--batch-sizes", help="e.g. 1,2,4,8: batched greedy generate instead (pacer_hf.bench.batch); "
-                      "strategies default to ar,sd-fixed-2,pacer,pacer+ouroboros; --prompts must reach the largest B")
-    what.add_argument("--batch-cache", default="mask", choices=["mask", "compact"],
-                      help="pacer_batch_cache for --batch-sizes (default mask)")
+                      "strategies default to ar,sd-fixed-2,pacer,pacer:batch,pacer+ouroboros (suffix :batch = "
+                      "pacer_batch_stop='batch', :compact = pacer_batch_cache='compact'); --prompts must reach the "
+                      "largest B")
     out = parser.add_argument_group("output")
     out.add_argument("--out", default="bench-results", help="results folder (default ./bench-results)")
     out.add_argument("--overwrite", action="store_true", help="replace results (and a hand-written docs file)")
@@ -202,8 +202,8 @@ def _run(args: argparse.Namespace, report) -> int:
         if not has_draft:
             raise ValueError(f"--batch-sizes runs draft strategies, and --pair {args.pair} ships no draft yet.")
         if not has_preverifier and any(n.startswith("pacer") for n in strategies):
-            raise ValueError("pacer and pacer+ouroboros need a pre-verifier: pass --preverifier, or leave them out "
-                             "of --strategies.")
+            raise ValueError("Pacer strategies need a pre-verifier: pass --preverifier, or leave them out of "
+                             "--strategies.")
         planned = []
     else:
         planned = resolve_strategies(strategies or default_strategy_names(args.quick, has_preverifier, has_draft,
@@ -290,7 +290,7 @@ def _run_batches(args, target, draft, preverifier, tokenizer, prompts, config, b
     torch.set_num_threads(config.threads or physical_cores())
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batch_config = BatchBenchConfig(batch_sizes=batch_sizes, strategies=tuple(strategies), runs=config.runs,
-                                    max_new_tokens=config.max_new_tokens, cache_mode=args.batch_cache)
+                                    max_new_tokens=config.max_new_tokens)
     try:
         result = run_batch_benchmark(target, draft, preverifier, prompts, batch_config, pad_id,
                                      progress=not args.no_progress)
