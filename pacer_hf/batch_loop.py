@@ -1,11 +1,12 @@
-"""Batched speculative decoding: B left-padded prompts, each row drafting its own length.
+"""Batched speculative decoding: B left-padded prompts, each row with its own rounds.
 
 transformers' assisted generation refuses batch > 1: after a round every row has accepted a different
 number of tokens, so the rows' caches, positions and masks no longer line up. Here every cache slot
-carries the position of the row token it holds, or -1 (`RowCache`): a row rolls back by masking its
-rejected slots (never zeroing them: zeroed keys still receive attention), positions are explicit per
-row, and the attention mask is `slot position >= 0`. One target forward per round verifies every row;
-rows that end (EOS, length limit, stopping criteria) leave both caches, so they stop costing work.
+carries the position of the row token it holds, or -1 (`batch_cache.RowCache`): a row rolls back by
+masking its rejected slots, positions are explicit per row. One target forward per round verifies every
+row; rows that end (EOS, length limit, stopping criteria) leave both caches, so they stop costing work.
+The draft runs the rows in lockstep; Pacer stops them together (`batch_continues`: a padded verify
+slot is paid whether a row fills it or not) or, with `pacer_batch_stop="row"`, each by its own decision.
 
 Every token is decided per row exactly as the batch-1 loop (`lean_loop.py`) decides it: logits
 processors over the row's own ids (its left padding included, as in batched `generate`), greedy
@@ -22,7 +23,6 @@ from typing import Any
 
 import torch
 from transformers import (
-    DynamicCache,
     GenerationConfig,
     LogitsProcessorList,
     PreTrainedModel,
@@ -30,13 +30,13 @@ from transformers import (
 )
 from transformers.generation import GenerateDecoderOnlyOutput
 
-from ._hf_compat import check_batch_cache, eos_tensor, gather_cache_slots, speculative_sampling
-from .lean_draft import LeanDraft
+from ._hf_compat import check_batch_cache, eos_tensor, speculative_sampling
+from .batch_cache import RowCache, draft_row_cache, right_aligned
 from .modeling_pacer import PacerPreVerifier, draft_features
 from .stats import PacerStats
 
 BATCH_CACHES = ("mask", "compact")  # pacer_batch_cache=: mask rejected slots, or also realign rows every round
-BATCH_STOPS = ("row", "batch")  # pacer_batch_stop=: each row stops by its pre-verifier, or the rows stop together
+BATCH_STOPS = ("batch", "row")  # pacer_batch_stop=: the rows stop together (measured faster), or each by its own
 
 
 @dataclass
@@ -50,7 +50,7 @@ class BatchPlan:
     cache_mode: str = "mask"
     phrases: Any = None  # Ouroboros' BatchPhrases: extends each row's draft with pool tokens
     draft_forward: str = "auto"  # pacer_draft_forward=: "lean" when the draft qualifies, or its own forward
-    stop_mode: str = "row"  # pacer_batch_stop=: Pacer's stop per row, or one batch-wide stop (batch_continues)
+    stop_mode: str = "batch"  # pacer_batch_stop=: one batch-wide Pacer stop (batch_continues), or one per row
 
 
 @dataclass
@@ -69,142 +69,6 @@ class _Row:
     def length(self) -> int:
         """Real tokens (no padding): also the position of the next token."""
         return len(self.ids) - self.pad
-
-
-class RowCache:
-    """A transformers cache shared by rows of different lengths. `positions[b, s]` is the position of
-    row b's token in slot s, or -1 for a masked slot (padding, a rejected token, a row's filler)."""
-
-    def __init__(self, model: PreTrainedModel, cache, batch: int, device):
-        self.model, self.cache = model, cache
-        self.positions = torch.empty((batch, 0), dtype=torch.long, device=device)
-
-    def held(self) -> list[int]:
-        """Tokens each row has in the cache (always a prefix of the row)."""
-        return (self.positions >= 0).sum(1).tolist()
-
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int, hidden: bool = False):
-        """Run the model on a right-aligned block; returns the last `logits_to_keep` logits (and the
-        `lm_head` input at the last column when `hidden`)."""
-        self.positions = torch.cat((self.positions, positions), 1)
-        mask = (self.positions >= 0).long()
-        position_ids = positions.clamp_min(0).masked_fill(positions < 0, 1)  # batched generate's pad positions
-        captured = []
-        handle = None
-        if hidden:
-            handle = self.model.get_output_embeddings().register_forward_pre_hook(
-                lambda module, args: captured.append(args[0][:, -1]))
-        try:
-            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=position_ids,
-                             past_key_values=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
-        finally:
-            if handle is not None:
-                handle.remove()
-        return (out.logits, captured[-1]) if hidden else out.logits
-
-    def keep(self, lengths: list[int]) -> None:
-        """Mask every slot at or past each row's `lengths[b]`."""
-        limit = torch.tensor(lengths, device=self.positions.device)[:, None]
-        self.positions = self.positions.masked_fill(self.positions >= limit, -1)
-
-    def select(self, rows: list[int]) -> None:
-        index = torch.tensor(rows, device=self.positions.device)
-        self._select(index)
-        self.positions = self.positions[index]
-
-    def _select(self, index: torch.Tensor) -> None:
-        self.cache.batch_select_indices(index)
-
-    def _gather(self, order: torch.Tensor) -> None:
-        gather_cache_slots(self.cache, order)
-
-    def compact(self, always: bool) -> None:
-        """Realign rows: each row's held slots move right, masked slots go (every round when `always`,
-        else once masked slots are over half the cache, which bounds its memory to about twice the text)."""
-        valid = self.positions >= 0
-        width = int(valid.sum(1).max())
-        if width == self.positions.shape[1] or (not always and 2 * width > self.positions.shape[1]):
-            return
-        # stable sort puts masked slots first and keeps held slots in order; keep the last `width`
-        order = torch.sort(valid.long(), dim=1, stable=True).indices[:, -width:]
-        self._gather(order)
-        self.positions = self.positions.gather(1, order)
-
-
-class LeanRowCache(RowCache):
-    """RowCache over the lean draft forward (`lean_draft.py`): the draft's layers as tensor ops on
-    preallocated per-row buffers, with the same slot bookkeeping."""
-
-    def __init__(self, lean: LeanDraft, batch: int, capacity: int):
-        self.lean, self.kv = lean, lean.new_cache(capacity, batch)
-        self.positions = torch.empty((batch, 0), dtype=torch.long, device=lean.device)
-
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int, hidden: bool = False):
-        start, end = self.kv.length, self.kv.length + tokens.shape[1]
-        self.positions = torch.cat((self.positions, positions), 1)
-        slots, new = torch.arange(end, device=tokens.device), torch.arange(start, end, device=tokens.device)
-        # held slots up to its own; a masked query also sees itself (its output is never read)
-        visible = ((self.positions >= 0)[:, None, :] & (slots <= new[:, None])) | (slots == new[:, None])
-        last, logits = self.lean.rows(tokens, positions, self.kv, visible)
-        return (logits[:, None], last) if hidden else logits[:, None]
-
-    def _select(self, index: torch.Tensor) -> None:
-        for buffers in (self.kv.keys, self.kv.values):
-            for i, buffer in enumerate(buffers):
-                buffers[i] = buffer[index]
-
-    def _gather(self, order: torch.Tensor) -> None:
-        width = order.shape[1]
-        for buffers in (self.kv.keys, self.kv.values):
-            for buffer in buffers:
-                index = order[:, None, :, None].expand(buffer.shape[0], buffer.shape[1], width, buffer.shape[3])
-                buffer[:, :, :width] = buffer[:, :, : self.kv.length].gather(2, index)
-        self.kv.length = width
-
-
-def kv_bytes(model: PreTrainedModel, batch: int, slots: int) -> int:
-    """Bytes of a full-attention KV cache of `slots` positions for `batch` rows."""
-    config = model.config.get_text_config()
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    itemsize = next(model.parameters()).element_size()
-    return 2 * config.num_hidden_layers * batch * kv_heads * head_dim * slots * itemsize
-
-
-def available_memory(device: torch.device) -> int:
-    """Free bytes where the caches will live: the accelerator's free memory, else the host's available RAM."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    import os
-
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def check_batch_memory(model: PreTrainedModel, draft: PreTrainedModel | None, batch: int, max_length: int) -> None:
-    """Refuse, before any work, a batch whose caches cannot fit: masked slots keep the cache at most about
-    twice the text (`RowCache.compact`), and the prompt's logits are never all kept."""
-    slots = 2 * max_length + 64
-    needed = kv_bytes(model, batch, slots) + (kv_bytes(draft, batch, slots) if draft is not None else 0)
-    free = available_memory(model.device)
-    if needed > free:
-        raise ValueError(
-            f"A batch of {batch} prompts up to {max_length} tokens needs about {needed / 2**30:.1f} GiB of KV cache "
-            f"for the target and the draft, and {free / 2**30:.1f} GiB is free on {model.device}: pass fewer prompts "
-            "per generate call (or a smaller max_new_tokens)."
-        )
-
-
-def _right_aligned(blocks: list[list[int]], starts: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token and position tensors for per-row blocks of different lengths, padded on the left."""
-    width = max(len(block) for block in blocks)
-    tokens = torch.zeros((len(blocks), width), dtype=torch.long)
-    positions = torch.full((len(blocks), width), -1, dtype=torch.long)
-    for b, (block, start) in enumerate(zip(blocks, starts)):
-        if block:
-            tokens[b, width - len(block):] = torch.tensor(block)
-            positions[b, width - len(block):] = torch.arange(start, start + len(block))
-    return tokens.to(device), positions.to(device)
 
 
 # Logits processors that decide from one row's ids alone; batched `generate` may give them per-row state
@@ -364,7 +228,7 @@ def _draft_round(plan: BatchPlan, draft_cache: RowCache, rows: list[_Row], budge
     if not any(drafting):  # the draft catches up next round
         return drafted, qs
     held = draft_cache.held()
-    tokens, positions = _right_aligned([row.ids[row.pad + h:] for row, h in zip(rows, held)], held, device)
+    tokens, positions = right_aligned([row.ids[row.pad + h:] for row, h in zip(rows, held)], held, device)
     logits, hidden = draft_cache.forward(tokens, positions, 1, hidden=True)
     if stopper is not None:
         stopper.start()
@@ -438,7 +302,7 @@ def batched_assisted_decoding(
     stopper = _Stopper(plan.preverifier, stats, plan.stop_mode, clock) if plan.preverifier is not None else None
     processors = _row_processors(logits_processor, len(rows))
     # after every refusal above: choosing the lean draft forward runs the draft once to check it
-    draft_cache = _draft_cache(plan, len(pads), config.max_length)
+    draft_cache = draft_row_cache(plan.draft, plan.draft_forward, stats, len(pads), config.max_length)
     active = list(rows)
     while active:
         budgets = [min(plan.max_draft_tokens, max_new - row.generated - 1) for row in active]
@@ -449,53 +313,57 @@ def batched_assisted_decoding(
         held = target_cache.held()
         # right-aligned, so the first round's block is the left-padded prompt plus each row's drafts
         blocks = [row.ids[row.pad + h:] + d for row, h, d in zip(active, held, drafted)]
-        tokens, positions = _right_aligned(blocks, held, device)
+        tokens, positions = right_aligned(blocks, held, device)
         width = max(len(d) for d in drafted) + 1
         start = time.perf_counter()
         logits = target_cache.forward(tokens, positions, width).to(torch.float32)
         if stats.target_forwards > 0:  # the first round also reads the prompts
             clock.verify(len(active) * width, time.perf_counter() - start)
         stats.target_forwards += 1
-        finished = []
-        for b, row in enumerate(active):
-            k = len(drafted[b])
-            new_logits = logits[b, width - k - 1 :].clone()
-            raw = new_logits.clone() if keep_logits else None
-            new_logits = _process(processors[row.index], row.ids + drafted[b], new_logits, device)
-            valid = _accept(config, drafted[b], qs[b], new_logits, row.ids, device)
-            valid = valid[: max_new - row.generated]
-            for i, token in enumerate(valid):
-                if token in eos_ids:
-                    valid = valid[: i + 1]
-                    break
-            n = len(valid) - 1
-            row.ids += valid
-            row.generated += len(valid)
-            row.stats.draft_lengths.append(k)
-            row.stats.accepted.append(n)
-            if plan.phrases is not None:
-                plan.phrases.commit(row.index, row.ids[row.pad:], from_draft[b], k - from_draft[b], n, row.stats)
-            stats.draft_lengths.append(k)
-            stats.accepted.append(n)
-            if keep_scores:
-                row.scores += [new_logits[i] for i in range(n + 1)]
-            if keep_logits:
-                row.raw += [raw[i] for i in range(n + 1)]
-            ids = torch.tensor([row.ids], device=device)
-            if valid[-1] in eos_ids or row.generated >= max_new or bool(stopping_criteria(ids, None).any()):
-                finished.append(b)
-        lengths = [row.length - 1 for row in active]
-        target_cache.keep(lengths)
-        draft_cache.keep(lengths)
-        if finished:
-            active = [row for b, row in enumerate(active) if b not in finished]
-            kept = [b for b in range(len(lengths)) if b not in finished]
-            if kept:
-                target_cache.select(kept)
-                draft_cache.select(kept)
+        finished = [b for b, row in enumerate(active)
+                    if _settle(row, drafted[b], from_draft[b], qs[b], logits[b, width - len(drafted[b]) - 1:],
+                               processors[row.index], plan, config, stats, max_new, eos_ids, stopping_criteria,
+                               keep_scores, keep_logits)]
+        kept = [b for b in range(len(active)) if b not in finished]
+        active = [active[b] for b in kept]
         for cache in (target_cache, draft_cache) if active else ():
+            if finished:  # ended rows leave: they stop costing target and draft work
+                cache.select(kept)
+            cache.keep([row.length - 1 for row in active])  # the bonus token is fed with the next round
             cache.compact(always=plan.cache_mode == "compact")
     return _output(rows, config, pad_id, stats, keep_scores, keep_logits, device, target_cache.cache)
+
+
+def _settle(row: _Row, drafted: list[int], from_draft: int, qs: list | None, logits: torch.Tensor,
+            processors: LogitsProcessorList, plan: BatchPlan, config: GenerationConfig, stats: PacerStats,
+            max_new: int, eos_ids: set[int], stopping_criteria: StoppingCriteriaList, keep_scores: bool,
+            keep_logits: bool) -> bool:
+    """Verify one row's block against its target logits (`logits`: the last k + 1 positions), append what it
+    accepts, record the round; True when the row has ended (EOS, max_new_tokens, a stopping criterion)."""
+    k = len(drafted)
+    new_logits = logits.clone()
+    raw = new_logits.clone() if keep_logits else None
+    device = new_logits.device
+    new_logits = _process(processors, row.ids + drafted, new_logits, device)
+    valid = _accept(config, drafted, qs, new_logits, row.ids, device)[: max_new - row.generated]
+    for i, token in enumerate(valid):  # nothing past the first EOS
+        if token in eos_ids:
+            valid = valid[: i + 1]
+            break
+    n = len(valid) - 1
+    row.ids += valid
+    row.generated += len(valid)
+    for record in (row.stats, stats):
+        record.draft_lengths.append(k)
+        record.accepted.append(n)
+    if plan.phrases is not None:
+        plan.phrases.commit(row.index, row.ids[row.pad:], from_draft, k - from_draft, n, row.stats)
+    if keep_scores:
+        row.scores += [new_logits[i] for i in range(n + 1)]
+    if keep_logits:
+        row.raw += [raw[i] for i in range(n + 1)]
+    ids = torch.tensor([row.ids], device=device)
+    return valid[-1] in eos_ids or row.generated >= max_new or bool(stopping_criteria(ids, None).any())
 
 
 def _extend(phrases, rows: list[_Row], drafted: list[list[int]], qs: list, max_new: int, eos_ids: set[int],
@@ -537,21 +405,6 @@ def _accept(config: GenerationConfig, drafted: list[int], qs: list[torch.Tensor]
     while n < k and drafted[n] == selected[n]:
         n += 1
     return selected[: n + 1]
-
-
-def _draft_cache(plan: BatchPlan, batch: int, max_length: int) -> RowCache:
-    """The draft's RowCache: the lean forward when the draft qualifies (as in the batch-1 drafting loop)."""
-    draft = plan.draft
-    if plan.draft_forward != "model" and draft.__dict__.get("_pacer_decode_step") is None:
-        lean, reason = LeanDraft.for_model(draft, max_length)
-        if lean is not None:
-            plan.stats.draft_forward = "lean"
-            return LeanRowCache(lean, batch, min(2 * max_length, 1024))
-        if plan.draft_forward == "lean":
-            raise ValueError(f"pacer_draft_forward='lean' cannot run this draft: {reason}. "
-                             "Pass pacer_draft_forward='model' (or 'auto') to use the draft's own forward.")
-    plan.stats.draft_forward = "model"
-    return RowCache(draft, DynamicCache(config=draft.config), batch, draft.device)
 
 
 def _output(rows: list[_Row], config: GenerationConfig, pad_id: int, stats: PacerStats, keep_scores: bool,

@@ -21,7 +21,8 @@ import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
 from ._hf_compat import check_supported, default_candidate_generator
-from .batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding, check_batch_memory
+from .batch_cache import check_batch_memory
+from .batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
 from .draft_forwards import DRAFT_FORWARDS
 from .lean_loop import lean_assisted_decoding
 from .modeling_lookup_gate import PacerLookupGate
@@ -107,9 +108,9 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     batch_cache = kwargs.pop("pacer_batch_cache", "mask")
     if batch_cache not in BATCH_CACHES:
         raise ValueError(f"pacer_batch_cache={batch_cache!r}: choose one of {BATCH_CACHES} (default 'mask').")
-    batch_stop = kwargs.pop("pacer_batch_stop", "row")
+    batch_stop = kwargs.pop("pacer_batch_stop", "batch")
     if batch_stop not in BATCH_STOPS:
-        raise ValueError(f"pacer_batch_stop={batch_stop!r}: choose one of {BATCH_STOPS} (default 'row').")
+        raise ValueError(f"pacer_batch_stop={batch_stop!r}: choose one of {BATCH_STOPS} (default 'batch').")
     if pacer is _MISSING:
         pacer = getattr(kwargs.get("generation_config") or self.generation_config, "pacer", None)
     if pacer is None or pacer is False:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from transformers import LogitsProcessor, LogitsProcessorList, TextStreamer
 
 import pacer_hf
+import pacer_hf.batch_cache
 import pacer_hf.batch_loop
 
 PAD = 0
@@ -242,13 +243,13 @@ def test_ended_rows_leave_the_target_batch(pair, draft_forward):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_pacer_drafts_a_length_per_row(pair, seed):
-    """Under Pacer each row's pre-verifier decision is its own: in some round, two rows with the full budget
-    draft different lengths (a fixed-length strategy could not)."""
+    """pacer_batch_stop="row": each row's pre-verifier decision is its own; in some round, two rows with the full
+    budget draft different lengths (a fixed-length strategy could not)."""
     target, draft = pair("gpt2", "noisy")
     ids, mask = left_padded(LENGTHS, seed=seed)
     expected = batched_greedy(target, ids, mask, max_new_tokens=24)
     pv = make_preverifier(draft, seed=seed, block_size=2, threshold=0.5, max_draft_tokens=6)
-    out = speculative(target, draft, ids, mask, pv, max_new_tokens=24)
+    out = speculative(target, draft, ids, mask, pv, max_new_tokens=24, pacer_batch_stop="row")
     assert torch.equal(out, expected)
     stats = check_row_stats(target, 24, [24] * len(LENGTHS), cap=6)
     full = [[d for d, b in zip(row.draft_lengths, round_budgets(row, 0, 24, 6)) if b == 6] for row in stats.rows]
@@ -257,15 +258,84 @@ def test_pacer_drafts_a_length_per_row(pair, seed):
     assert any(len({lengths[i] for lengths in full}) > 1 for i in range(rounds)), full
 
 
+class FixedClock(pacer_hf.batch_loop._Clock):
+    """Costs that do not depend on timing, so `pacer_batch_stop="batch"` decides from the first block on:
+    a verify forward of t tokens costs 1 + 0.01 t, a draft step and a pre-verifier call 0.005 each."""
+
+    draft_step = preverifier_call = 0.005
+
+    def __setattr__(self, name, value):  # measurements are ignored
+        if name in ("draft_step", "preverifier_call"):
+            return
+        super().__setattr__(name, value)
+
+    def ready(self) -> bool:
+        return True
+
+    def verify_seconds(self, tokens: int) -> float:
+        return 1.0 + 0.01 * tokens
+
+
+def test_batch_continues_rule():
+    """The batch-wide rule drafts on while summed expected tokens per second would grow: likely tokens and a
+    cheap width go on, unlikely ones or an expensive width stop, and rows that cannot draft on add nothing."""
+    from pacer_hf.batch_loop import batch_continues
+
+    def cheap(n):
+        return 1.0 + 0.05 * n
+
+    def steep(n):
+        return 1.0 + 2.0 * n
+
+    likely, unlikely = [[0.9, 0.9]] * 4, [[0.1, 0.1]] * 4
+    assert batch_continues(likely, [True] * 4, 2, 8, cheap)
+    assert not batch_continues(unlikely, [True] * 4, 2, 8, cheap)
+    assert not batch_continues(likely, [True] * 4, 2, 8, steep)
+    assert not batch_continues(likely, [False] * 4, 2, 8, cheap), "closed rows cannot gain tokens"
+    assert batch_continues([[0.9, 0.9], [0.1, 0.1]], [True, False], 2, 8, cheap), "one open likely row suffices"
+    assert not batch_continues(likely, [True] * 4, 2, 2, cheap), "never past max_tokens"
+
+
+@pytest.mark.parametrize("strategy", ["pacer", "pacer+ouroboros"])
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_batch_stop_greedy_identical_and_shared(pair, arch, strategy, monkeypatch):
+    """pacer_batch_stop="batch" (the default): rows equal batched generate (EOS in one row included), and in every round the
+    rows with the full budget drafted the same number of draft-model tokens (one stop for the batch)."""
+    monkeypatch.setattr(pacer_hf.batch_loop, "_Clock", FixedClock)
+    target, draft = pair(arch, "noisy")
+    ids, mask = left_padded(LENGTHS, seed=7)
+    width = ids.shape[1]
+    eos, _ = early_eos(batched_greedy(target, ids, mask, max_new_tokens=13), width)
+    with strategy_ready(draft, strategy, threshold=0.5):
+        for kwargs in ({"max_new_tokens": 20}, {"max_new_tokens": 13, "eos_token_id": eos}):
+            expected = batched_greedy(target, ids, mask, **kwargs)
+            out = speculative(target, draft, ids, mask, strategy, pacer_batch_stop="batch", **kwargs)
+            assert torch.equal(out, expected), kwargs
+            stats = check_row_stats(target, kwargs["max_new_tokens"],
+                                    generated_lengths(expected, width, kwargs.get("eos_token_id")), CAPS[strategy])
+            assert sum(stats.accepted) > 0
+            if "eos_token_id" in kwargs or strategy != "pacer":
+                continue  # a drafted EOS or pool tokens change a row's proposal length on their own
+            full = [[d for d, b in zip(row.draft_lengths, round_budgets(row, 0, 20, 6)) if b == 6]
+                    for row in stats.rows]
+            rounds = min(len(lengths) for lengths in full)
+            assert rounds > 1
+            assert all(len({lengths[i] for lengths in full}) == 1 for i in range(rounds)), full
+            assert len({d for lengths in full for d in lengths}) > 1, "the shared length still adapts"
+
+
 def exact_first_token(target, prompt: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return torch.softmax(target(prompt).logits[0, -1] / TEMPERATURE, -1)
 
 
-@pytest.mark.parametrize("strategy", ["sd-fixed-3", "pacer+ouroboros"])
-def test_sampling_matches_target_distribution_in_a_padded_row(sampling_pair, strategy):
+@pytest.mark.parametrize("strategy", ["sd-fixed-3", "pacer+ouroboros", "pacer:row"])
+def test_sampling_matches_target_distribution_in_a_padded_row(sampling_pair, strategy, monkeypatch):
     """Row 0 is PROMPT left-padded by 2 next to a longer prompt: its first one and two tokens follow the
-    target's exact distribution after PROMPT (chi-square), and row 1 its own; the rows sample independently."""
+    target's exact distribution after PROMPT (chi-square), and row 1 its own; the rows sample independently.
+    Pacer's rows stop together (the default, deciding from the first block here) or, ":row", one by one."""
+    strategy, _, stop = strategy.partition(":")
+    monkeypatch.setattr(pacer_hf.batch_loop, "_Clock", FixedClock)
     target, draft = sampling_pair
     p1, p12 = exact_distributions(target)
     other = torch.tensor([[4, 2, 9, 5, 1, 6, 2]])
@@ -281,7 +351,8 @@ def test_sampling_matches_target_distribution_in_a_padded_row(sampling_pair, str
     with strategy_ready(draft, strategy, block_size=2, threshold=0.3, max_draft_tokens=4):
         for _ in range(samples):
             out = target.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=True, temperature=TEMPERATURE,
-                                  top_k=0, assistant_model=draft, pacer=strategy, pad_token_id=PAD)
+                                  top_k=0, assistant_model=draft, pacer=strategy, pad_token_id=PAD,
+                                  pacer_batch_stop=stop or "batch")
             t1, t2 = out[0, 7:9].tolist()
             first[t1] += 1
             joint[t1, t2] += 1
@@ -305,19 +376,20 @@ def test_sampling_matches_target_distribution_in_a_padded_row(sampling_pair, str
     max_new_tokens=st.integers(1, 15),
     strategy=st.sampled_from(["sd-fixed-1", "sd-fixed-2", "sd-fixed-3", "sd-fixed-4", "pacer"]),
     cache=st.sampled_from(["mask", "compact"]),
+    stop=st.sampled_from(["row", "batch"]),
     draft_forward=st.sampled_from(["auto", "model"]),
     eos=st.one_of(st.none(), st.integers(1, 95)),
     seed=st.integers(0, 2**16),
 )
-def test_property_greedy_identical(pair, lengths, arch, kind, max_new_tokens, strategy, cache, draft_forward, eos,
-                                   seed):
+def test_property_greedy_identical(pair, lengths, arch, kind, max_new_tokens, strategy, cache, stop, draft_forward,
+                                   eos, seed):
     """Random left-padded batches (equal lengths included), limits, EOS and strategies: rows equal batched generate."""
     target, draft = pair(arch, kind)
     ids, mask = left_padded(lengths, seed=seed)
     kwargs = {"max_new_tokens": max_new_tokens, "eos_token_id": eos}
     expected = batched_greedy(target, ids, mask, **kwargs)
     with strategy_ready(draft, strategy, seed=seed % 4, threshold=0.4):
-        out = speculative(target, draft, ids, mask, strategy, pacer_batch_cache=cache,
+        out = speculative(target, draft, ids, mask, strategy, pacer_batch_cache=cache, pacer_batch_stop=stop,
                           pacer_draft_forward=draft_forward, **kwargs)
     assert torch.equal(out, expected)
     check_row_stats(target, max_new_tokens, generated_lengths(expected, ids.shape[1], eos), cap=6)
@@ -348,6 +420,7 @@ def _bad_inputs():
         ("all padding", {"attention_mask": torch.cat([mask[:2], torch.zeros(1, 4, dtype=torch.long)])},
          r"all padding.*drop that prompt"),
         ("cache mode", {"pacer_batch_cache": "rows"}, r"pacer_batch_cache='rows': choose one of \('mask', 'compact'\)"),
+        ("stop mode", {"pacer_batch_stop": "rows"}, r"pacer_batch_stop='rows': choose one of \('batch', 'row'\)"),
         ("custom processor", {"logits_processor": LogitsProcessorList([_Custom()])},
          r"does not know _Custom; call generate once per prompt with it, or leave it out"),
         ("from_target_tail", {"pacer": pacer_hf.OuroborosConfig(from_target_tail=True)},
@@ -382,7 +455,7 @@ def test_batch_too_large_for_memory_refused_before_any_forward(pair, monkeypatch
     """A batch whose KV caches cannot fit is refused up front, naming the size and the fix."""
     target, draft = pair("llama", "noisy")
     ids, mask = left_padded((2, 4, 3))
-    monkeypatch.setattr(pacer_hf.batch_loop, "available_memory", lambda device: 1000)
+    monkeypatch.setattr(pacer_hf.batch_cache, "available_memory", lambda device: 1000)
     forwards = []
     hooks = [model.register_forward_pre_hook(lambda *args: forwards.append(1)) for model in (target, draft)]
     try:

@@ -49,8 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--seed", type=int, default=0)
     what.add_argument("--quick", action="store_true", help="few prompts, one run, a few γ: under 5 minutes on a CPU")
     what.add_argument("--batch-sizes", help="e.g. 1,2,4,8: batched greedy generate instead (pacer_hf.bench.batch); "
-                      "strategies default to ar,sd-fixed-2,pacer,pacer:batch,pacer+ouroboros (suffix :batch = "
-                      "pacer_batch_stop='batch', :compact = pacer_batch_cache='compact'); --prompts must reach the "
+                      "strategies default to ar,sd-fixed-2,pacer,pacer:row,pacer+ouroboros (suffix :row = "
+                      "pacer_batch_stop='row', :compact = pacer_batch_cache='compact'); --prompts must reach the "
                       "largest B")
     out = parser.add_argument_group("output")
     out.add_argument("--out", default="bench-results", help="results folder (default ./bench-results)")
