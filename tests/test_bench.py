@@ -246,3 +246,86 @@ def test_prompt_lookup_without_a_draft(models, tmp_path):
     assert "best HF prompt lookup" in (tmp_path / "out" / "results.md").read_text()
     with pytest.raises(ValueError, match="needs a draft model"):
         resolve_strategies(["ar", "sd-fixed-2"], False, has_draft=False)
+
+
+def _ragged_prompts(n: int = 4) -> dict[str, list[Prompt]]:
+    g = torch.Generator().manual_seed(1)
+    return {"alpha-cat": [Prompt("alpha-cat", f"a-{i}", tuple(torch.randint(1, 96, (3 + 2 * i,), generator=g).tolist()))
+                          for i in range(n)]}
+
+
+def test_batch_benchmark_end_to_end(models, tmp_path):
+    """`--batch-sizes`: every strategy at every B on the same prompts, exact against ar, speedups against
+    ar at that B and against the strategy at B = 1; the docs section is written, then replaced, and kept
+    when the batch-1 page is regenerated."""
+    from pacer_hf.bench import batch
+    from pacer_hf.bench.report import write_docs
+
+    target, draft, pv = models
+    config = batch.BatchBenchConfig(batch_sizes=(1, 2, 4), strategies=batch.check_batch_strategies(
+        ["sd-fixed-2", "pacer", "pacer:row", "pacer+ouroboros:compact"]), runs=2, max_new_tokens=6)
+    result = batch.run_batch_benchmark(target, draft, pv, _ragged_prompts(), config, pad_id=0, progress=False)
+    records = {(r["batch_size"], r["strategy"]): r for r in result["records"]}
+    assert set(records) == {(b, s) for b in (1, 2, 4) for s in config.strategies}
+    assert config.strategies[0] == "ar", "ar is added: the reference of every batch size"
+    for (_, name), record in records.items():
+        assert record["runs"] == 2 and record["tokens_per_s"] > 0
+        if name == "ar":
+            assert record["speedup_vs_ar"] == 1.0
+        assert record["speedup_vs_batch1"] == pytest.approx(
+            record["tokens_per_s"] / records[(1, name)]["tokens_per_s"])
+    tokens = {(c["batch_size"], c["strategy"]): c["tokens"] for c in result["calls"] if c["run"] == 0}
+    assert len(set(tokens.values())) == 1, "every batch size and strategy generates the same tokens"
+    docs = tmp_path / "BENCHMARKS.md"
+    docs.write_text("# page\n")
+    batch.write_batch_outputs(result, tmp_path / "out", "pacer-hf bench --batch-sizes 1,2,4", docs)
+    batch.write_batch_outputs(result, tmp_path / "out", "pacer-hf bench --batch-sizes 1,2,4", docs)
+    text = docs.read_text()
+    assert text.startswith("# page\n") and text.count(batch.SECTION_START) == 1 and "| pacer:row |" in text
+    assert json.loads((tmp_path / "out" / "batch.json").read_text())["meta"]["command"].endswith("1,2,4")
+    bench_records, meta = _batch1_results(models, tmp_path)
+    write_docs(bench_records, meta, tmp_path / "b1", docs, overwrite=True)
+    assert batch.batch_section(docs.read_text()) == batch.batch_section(text), "the batch section survives"
+
+
+def _batch1_results(models, tmp_path):
+    from pacer_hf.bench.report import load_results
+
+    target, draft, pv = models
+    config = BenchConfig(strategies=["ar", "sd-fixed-2"], categories=["alpha-cat"], temperatures=(0.0,),
+                         prompts_per_category=1, runs=1, max_new_tokens=4, prompt_tokens=32, threads=1)
+    result = run_benchmark(target, draft, _prompts(1), config, preverifier=pv, progress=False,
+                           costs=CostModel(draft_cost=0.1, verify_cost=[1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6]))
+    write_outputs(result, tmp_path / "b1", plots=False)
+    return load_results(tmp_path / "b1")
+
+
+def test_batch_benchmark_names_and_counting():
+    from pacer_hf.bench import batch
+
+    assert batch.check_batch_strategies(["pacer", "sd-fixed-3:compact"]) == ("ar", "pacer", "sd-fixed-3:compact")
+    for bad in ("pearl", "hf-fixed-2", "lookup-3", "sd-fixed-2:row", "pacer:fast"):
+        with pytest.raises(ValueError, match="run batch size 1|suffixes"):
+            batch.check_batch_strategies([bad])
+    ids, mask = batch.left_padded([[5, 6], [7, 8, 9]], pad_id=0, device="cpu")
+    assert ids.tolist() == [[0, 5, 6], [7, 8, 9]] and mask.tolist() == [[0, 1, 1], [1, 1, 1]]
+    out = torch.tensor([[0, 5, 6, 3, 2, 0, 0], [7, 8, 9, 4, 4, 4, 4]])
+    assert batch.generated_tokens(out, 3, {2}) == 2 + 4, "a row counts up to and including its EOS"
+
+
+def test_batch_benchmark_fails_on_a_mismatch(models, monkeypatch):
+    from pacer_hf.bench import batch
+
+    target, draft, pv = models
+    real = batch._call
+
+    def corrupted(target, draft, name, ids, mask, *args):
+        out = real(target, draft, name, ids, mask, *args)
+        if name == "sd-fixed-2":
+            out[-1, -1] = (out[-1, -1] + 1) % 96
+        return out
+
+    monkeypatch.setattr(batch, "_call", corrupted)
+    config = batch.BatchBenchConfig(batch_sizes=(2,), strategies=("ar", "sd-fixed-2"), max_new_tokens=4)
+    with pytest.raises(BenchmarkMismatch, match="batch size 2.*sd-fixed-2's greedy output differs"):
+        batch.run_batch_benchmark(target, draft, pv, _ragged_prompts(2), config, pad_id=0, progress=False)
