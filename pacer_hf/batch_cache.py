@@ -110,6 +110,17 @@ class LeanRowCache(RowCache):
         self.kv.length = width
 
 
+def left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ids and attention mask of a left-padded batch, as a tokenizer with padding_side='left' returns them."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, prompt in enumerate(prompts):
+        ids[b, width - len(prompt):] = torch.tensor(prompt)
+        mask[b, width - len(prompt):] = 1
+    return ids.to(device), mask.to(device)
+
+
 def right_aligned(blocks: list[list[int]], starts: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
     """Token and position tensors for per-row blocks of different lengths, padded on the left."""
     width = max(len(block) for block in blocks)

@@ -99,18 +99,10 @@ def last_stats(model: PreTrainedModel) -> PacerStats | None:
 
 def _generate(self: PreTrainedModel, *args, **kwargs):
     pacer = kwargs.pop("pacer", _MISSING)
-    loop = kwargs.pop("pacer_loop", "lean")
-    if loop not in LOOPS:
-        raise ValueError(f"pacer_loop={loop!r}: choose one of {LOOPS} (default 'lean').")
-    draft_forward = kwargs.pop("pacer_draft_forward", "auto")
-    if draft_forward not in DRAFT_FORWARDS:
-        raise ValueError(f"pacer_draft_forward={draft_forward!r}: choose one of {DRAFT_FORWARDS} (default 'auto').")
-    batch_cache = kwargs.pop("pacer_batch_cache", "mask")
-    if batch_cache not in BATCH_CACHES:
-        raise ValueError(f"pacer_batch_cache={batch_cache!r}: choose one of {BATCH_CACHES} (default 'mask').")
-    batch_stop = kwargs.pop("pacer_batch_stop", "batch")
-    if batch_stop not in BATCH_STOPS:
-        raise ValueError(f"pacer_batch_stop={batch_stop!r}: choose one of {BATCH_STOPS} (default 'batch').")
+    loop = _option(kwargs, "pacer_loop", LOOPS)
+    draft_forward = _option(kwargs, "pacer_draft_forward", DRAFT_FORWARDS)
+    batch_cache = _option(kwargs, "pacer_batch_cache", BATCH_CACHES)
+    batch_stop = _option(kwargs, "pacer_batch_stop", BATCH_STOPS)
     if pacer is _MISSING:
         pacer = getattr(kwargs.get("generation_config") or self.generation_config, "pacer", None)
     if pacer is None or pacer is False:
@@ -156,6 +148,14 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
         stats.new_tokens = sequences.shape[1] - _prompt_length(self, args, kwargs)
     self._pacer_last_stats = stats
     return output
+
+
+def _option(kwargs: dict, name: str, choices: tuple[str, ...]) -> str:
+    """Pop one of pacer_hf's own generate kwargs; its first choice is the default."""
+    value = kwargs.pop(name, choices[0])
+    if value not in choices:
+        raise ValueError(f"{name}={value!r}: choose one of {choices} (default {choices[0]!r}).")
+    return value
 
 
 def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,

@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 
 import pacer_hf
 
+from ..batch_cache import left_padded
 from ..strategies.ouroboros import reset_phrase_pool
 from .runner import BenchmarkMismatch, machine_info
 
@@ -54,17 +55,6 @@ def check_batch_strategies(names: list[str]) -> tuple[str, ...]:
                          f"suffixes :compact and (Pacer only) :row; not {', '.join(bad)} (PEARL, prompt lookup and "
                          "transformers' own schedules run batch size 1).")
     return tuple(names) if "ar" in names else ("ar", *names)
-
-
-def left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ids and attention mask of a left-padded batch, as a tokenizer with padding_side='left' returns them."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for b, prompt in enumerate(prompts):
-        ids[b, width - len(prompt):] = torch.tensor(prompt)
-        mask[b, width - len(prompt):] = 1
-    return ids.to(device), mask.to(device)
 
 
 def generated_tokens(sequences: torch.Tensor, prompt_width: int, eos_ids: set[int]) -> int:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from ..batch_cache import left_padded
 from .smollm2_draft_train import read_records
 
 RESPONSES = "responses.jsonl"
@@ -86,12 +87,8 @@ def generate_batch(target, prompts: list[list[int]], max_new_tokens: int, top_k:
                    eos_ids: set[int], do_sample: bool = False) -> list[dict]:
     """Greedy (or T=1 sampled) answers for a batch of prompts (left-padded), with the top-k log-probs of
     every step (of the raw logits: the T=1 distribution)."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt):] = torch.tensor(prompt)
-        mask[row, width - len(prompt):] = 1
+    ids, mask = left_padded(prompts, pad_id, target.device)
+    width = ids.shape[1]
     sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if do_sample else {"do_sample": False}
     out = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, output_logits=True,
                           return_dict_in_generate=True, pad_token_id=pad_id, **sampling)
