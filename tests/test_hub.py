@@ -249,6 +249,11 @@ assert sample.tolist() == expected["sample"], "custom_generate sampling differs 
 assert target.generate(prompt, pacer="ouroboros", **remote, **GEN).tolist() == expected["ouroboros"]
 registry = [v for k, v in sys.modules.items() if k.endswith(".custom_generate.strategies__registry") and v is not None]
 assert sorted(registry[0].STRATEGIES) == expected["strategies"], sorted(registry[0].STRATEGIES)
+ids = torch.cat([prompt, torch.cat([torch.full((1, 4), 0), prompt[:, 4:]], 1)])  # a left-padded batch of 2
+mask = (torch.arange(10) >= torch.tensor([[0], [4]])).long()
+batched = target.generate(ids, attention_mask=mask, pacer="org/pv", pad_token_id=0, **remote, **GEN)
+assert torch.equal(batched, target.generate(ids, attention_mask=mask, pad_token_id=0, **GEN)), "batch via the Hub"
+assert len(target._pacer_last_stats.rows) == 2
 both = dict(remote, custom_generate="org/pv-cli")  # a pre-verifier repo that also ships custom_generate/
 assert target.generate(prompt, pacer="org/pv-cli", **both, **GEN).tolist() == expected["main"]
 loaded = sorted(m for m, v in sys.modules.items() if v is not None and m.split(".")[0] == "pacer_hf")
