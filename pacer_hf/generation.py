@@ -122,7 +122,7 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     batched = size > 1
     if batched:
         try:
-            _check_batch(self, call, loop, kwargs, args[0] if args else kwargs.get("input_ids", kwargs.get("inputs")))
+            _check_batch(self, call, loop, kwargs, _input_ids(args, kwargs))
             plan = dataclasses.replace(call.batch(batch_cache), stop_mode=batch_stop)
         except Exception:
             call.close()
@@ -356,7 +356,7 @@ def _check_pair(model: PreTrainedModel, draft: PreTrainedModel) -> None:
 
 
 def _check_inputs(model: PreTrainedModel, args: tuple, kwargs: dict) -> None:
-    input_ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
+    input_ids = _input_ids(args, kwargs)
     beams = _generation_value(model, kwargs, "num_beams") or 1
     if beams > 1:
         raise ValueError(f"pacer= supports greedy decoding and sampling, not beam search (num_beams={beams}); "
@@ -409,8 +409,13 @@ def _check_batch(model: PreTrainedModel, call: StrategyCall, loop: str, kwargs: 
     check_batch_memory(model, kwargs.get("assistant_model"), size, max_length)
 
 
+def _input_ids(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The prompt ids of a `generate` call, however they were passed."""
+    return args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
+
+
 def _batch_size(args: tuple, kwargs: dict) -> int:
-    inputs = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
+    inputs = _input_ids(args, kwargs)
     return 1 if inputs is None else inputs.shape[0]
 
 
@@ -421,5 +426,5 @@ def _generation_value(model: PreTrainedModel, kwargs: dict, name: str):
 
 
 def _prompt_length(model: PreTrainedModel, args: tuple, kwargs: dict) -> int:
-    inputs = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
+    inputs = _input_ids(args, kwargs)
     return 0 if inputs is None else inputs.shape[1]

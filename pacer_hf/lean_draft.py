@@ -149,7 +149,7 @@ class LeanDraft:
     @torch.no_grad()
     def rows(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: DraftKV,
              visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A batch whose rows have their own positions (`batch_loop.LeanRowCache`): `positions` (batch, new)
+        """A batch whose rows have their own positions (`batch_cache.LeanRowCache`): `positions` (batch, new)
         are the new tokens' positions, `visible` (batch, new, slots) which cache slots each may attend to."""
         cos, sin = self._rope(int(positions.max()) + 1)
         positions = positions.clamp_min(0)
