@@ -30,8 +30,9 @@ from transformers import (
 )
 from transformers.generation import GenerateDecoderOnlyOutput
 
-from ._hf_compat import check_batch_cache, eos_tensor, speculative_sampling
+from ._hf_compat import check_batch_cache, eos_tensor
 from .batch_cache import RowCache, draft_row_cache, right_aligned
+from .lean_loop import accept_step, process_positions
 from .modeling_pacer import PacerPreVerifier, draft_features
 from .stats import PacerStats
 
@@ -102,16 +103,6 @@ def _row_processors(processors: LogitsProcessorList, batch: int) -> list[LogitsP
             else:
                 row.append(processor)
     return rows
-
-
-def _process(processors: LogitsProcessorList, ids: list[int], logits: torch.Tensor, device) -> torch.Tensor:
-    """Logits processors per position, over the row's own ids (as the batch-1 loop applies them)."""
-    if len(processors) == 0:
-        return logits
-    prefix = torch.tensor([ids], device=device)
-    for i in range(logits.shape[0]):
-        logits[i : i + 1] = processors(prefix[:, : len(ids) - logits.shape[0] + 1 + i], logits[i : i + 1])
-    return logits
 
 
 class _Clock:
@@ -239,7 +230,10 @@ def _draft_round(plan: BatchPlan, draft_cache: RowCache, rows: list[_Row], budge
         for b, row in enumerate(rows):
             if not drafting[b]:
                 continue
-            scores = _process(processors[row.index], row.ids + drafted[b], raw[b : b + 1].clone(), device)
+            scores = raw[b : b + 1]
+            if len(processors[row.index]) > 0:
+                ids = torch.tensor([row.ids + drafted[b]], device=device)
+                scores = process_positions(processors[row.index], ids, scores.clone())
             if config.do_sample:
                 chosen[b] = torch.multinomial(torch.softmax(scores, dim=-1), 1)[0, 0]
                 qs[b].append(scores)
@@ -344,12 +338,10 @@ def _settle(row: _Row, drafted: list[int], from_draft: int, qs: list | None, log
     new_logits = logits.clone()
     raw = new_logits.clone() if keep_logits else None
     device = new_logits.device
-    new_logits = _process(processors, row.ids + drafted, new_logits, device)
-    valid = _accept(config, drafted, qs, new_logits, row.ids, device)[: max_new - row.generated]
-    for i, token in enumerate(valid):  # nothing past the first EOS
-        if token in eos_ids:
-            valid = valid[: i + 1]
-            break
+    ids = torch.tensor([row.ids + drafted], device=device)
+    process_positions(processors, ids, new_logits)
+    q = torch.cat([q.to(device) for q in qs])[None] if qs else None  # None: greedy, or target-only acceptance
+    valid = accept_step(config, ids[:, len(row.ids):], q, new_logits[None], max_new - row.generated, eos_ids)
     n = len(valid) - 1
     row.ids += valid
     row.generated += len(valid)
@@ -386,25 +378,6 @@ def _extend(phrases, rows: list[_Row], drafted: list[list[int]], qs: list, max_n
                 one_hot = torch.full((1, vocab), float("-inf"))
                 one_hot[0, token] = 0.0
                 qs[b].append(one_hot)
-
-
-def _accept(config: GenerationConfig, drafted: list[int], qs: list[torch.Tensor] | None, new_logits: torch.Tensor,
-            ids: list[int], device) -> list[int]:
-    """The row's accepted drafted tokens plus the target's own next token (lean_loop's rule, per row)."""
-    k = len(drafted)
-    if config.do_sample and k > 0 and qs is not None:
-        candidates = torch.tensor([ids + drafted], device=device)
-        valid, _ = speculative_sampling(candidates, torch.cat([q.to(device) for q in qs])[None], k, new_logits[None],
-                                        assistant_ensemble_weight=config.assistant_ensemble_weight)
-        return valid[0].tolist()
-    if config.do_sample:
-        selected = torch.multinomial(new_logits.softmax(dim=-1), num_samples=1).squeeze(1).tolist()
-    else:
-        selected = new_logits.argmax(dim=-1).tolist()
-    n = 0
-    while n < k and drafted[n] == selected[n]:
-        n += 1
-    return selected[: n + 1]
 
 
 def _output(rows: list[_Row], config: GenerationConfig, pad_id: int, stats: PacerStats, keep_scores: bool,

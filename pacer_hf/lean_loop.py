@@ -88,33 +88,10 @@ def lean_assisted_decoding(
         logits = model(input_ids=candidates[:, cache.get_seq_length() :], **forward_kwargs).logits
         new_logits = logits[:, -k - 1 :].to(dtype=torch.float32, device=input_ids.device)  # as transformers
         raw = new_logits.clone() if keep_logits else None
-        if len(logits_processor) > 0:
-            for i in range(k + 1):
-                new_logits[:, i, :] = logits_processor(candidates[:, : cur_len + i], new_logits[:, i, :])
-        if config.do_sample and candidate_logits is not None:
-            valid, _ = speculative_sampling(
-                candidates,
-                candidate_logits,
-                k,
-                new_logits,
-                assistant_ensemble_weight=config.assistant_ensemble_weight,
-            )
-        else:  # greedy, or sampling without draft logits: keep candidates while they equal the target's choice
-            if config.do_sample:
-                selected = torch.multinomial(new_logits.softmax(dim=-1)[0], num_samples=1).squeeze(1)
-            else:
-                selected = new_logits[0].argmax(dim=-1)
-            n = 0
-            for proposed, chosen in zip(candidates[0, cur_len:].tolist(), selected.tolist()):
-                if proposed != chosen:
-                    break
-                n += 1
-            valid = selected[None, : n + 1]
-        valid = valid[:, : config.max_length - cur_len]  # as transformers: never past max_length ...
-        for i, token in enumerate(valid[0].tolist()):  # ... nor past the first EOS
-            if token in eos_ids:
-                valid = valid[:, : i + 1]
-                break
+        process_positions(logits_processor, candidates, new_logits[0])
+        tokens = accept_step(config, candidates[:, cur_len:], candidate_logits, new_logits,
+                             config.max_length - cur_len, eos_ids)
+        valid = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
         n = valid.shape[1] - 1
         input_ids = torch.cat((input_ids, valid), dim=-1)
         if streamer is not None:
@@ -135,6 +112,47 @@ def lean_assisted_decoding(
             sequences=input_ids, scores=scores, logits=raw_logits, past_key_values=cache
         )
     return input_ids
+
+
+def process_positions(processors: LogitsProcessorList, ids: torch.LongTensor, logits: torch.Tensor) -> torch.Tensor:
+    """Logits processors at each of the last `len(logits)` positions of `ids` (1, length), in place: the
+    scores after `ids[:, :length - len(logits) + 1 + i]`, as transformers applies them one position at a time."""
+    if len(processors) == 0:
+        return logits
+    for i in range(logits.shape[0]):
+        logits[i : i + 1] = processors(ids[:, : ids.shape[1] - logits.shape[0] + 1 + i], logits[i : i + 1])
+    return logits
+
+
+def accept_step(config: GenerationConfig, drafted: torch.LongTensor, candidate_logits: torch.Tensor | None,
+                new_logits: torch.Tensor, limit: int, eos_ids: set[int]) -> list[int]:
+    """One sequence's verified tokens: the accepted drafted tokens plus the target's own next one, decided as
+    `_assisted_decoding` decides them, at most `limit` of them and nothing past the first EOS.
+
+    `drafted` (1, k) are the proposed tokens, `candidate_logits` (1, k, vocab) the q they were drawn from
+    (None: greedy, or sampling without draft logits), `new_logits` (1, k + 1, vocab) the processed target logits.
+    """
+    k = drafted.shape[1]
+    if config.do_sample and candidate_logits is not None and k > 0:
+        valid, _ = speculative_sampling(drafted, candidate_logits, k, new_logits,
+                                        assistant_ensemble_weight=config.assistant_ensemble_weight)
+        tokens = valid[0].tolist()
+    else:  # greedy, or sampling without draft logits: keep candidates while they equal the target's choice
+        if config.do_sample:
+            selected = torch.multinomial(new_logits.softmax(dim=-1)[0], num_samples=1).squeeze(1).tolist()
+        else:
+            selected = new_logits[0].argmax(dim=-1).tolist()
+        n = 0
+        for proposed, chosen in zip(drafted[0].tolist(), selected):
+            if proposed != chosen:
+                break
+            n += 1
+        tokens = selected[: n + 1]
+    tokens = tokens[:limit]  # as transformers: never past max_length ...
+    for i, token in enumerate(tokens):  # ... nor past the first EOS
+        if token in eos_ids:
+            return tokens[: i + 1]
+    return tokens
 
 
 def _check(

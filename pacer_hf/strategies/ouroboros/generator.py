@@ -34,6 +34,32 @@ class OuroborosStats(PacerStats):
         return {**super().to_dict(), "pool_acceptance": self.pool_acceptance}
 
 
+def pool_phrase(pool: PhrasePool, config, tail: list[int], drafted: int, room: int, eos: set[int]) -> Phrase:
+    """The pool tokens that extend a candidate (at most `room` and `config.pool_tokens`, none after an EOS),
+    and, with `config.from_draft`, the draft indexed. `tail`: the candidate's last committed tokens (up to
+    the pool's key length) followed by its `drafted` draft tokens."""
+    phrase: Phrase = ()
+    room = min(config.pool_tokens, room)
+    if room > 0 and not (drafted and tail[-1] in eos):
+        phrase = pool.lookup(tail)[:room]
+        for i, token in enumerate(phrase):
+            if token in eos:  # nothing after EOS can be accepted
+                phrase = phrase[: i + 1]
+                break
+    if config.from_draft and drafted:
+        pool.add(tail, start=len(tail) - drafted - 1)
+    return phrase
+
+
+def index_committed(pool: PhrasePool, text: list[int] | torch.Tensor, fresh: int) -> int:
+    """Index committed `text` (a list, or a 1-D tensor read from `fresh` on only) from `fresh`, the first key end
+    whose phrase may still grow (the newest phrases win); returns the next such key end."""
+    low = max(0, fresh - pool.key_length + 1)
+    part = text[low:]
+    pool.add(part.tolist() if isinstance(part, torch.Tensor) else part, start=fresh - low)
+    return max(fresh, len(text) - pool.phrase_length)
+
+
 class OuroborosCandidateGenerator(PacerCandidateGenerator):
     """PacerCandidateGenerator whose candidate is extended by a pool phrase after the draft stops.
 
@@ -60,18 +86,8 @@ class OuroborosCandidateGenerator(PacerCandidateGenerator):
             self._index_committed(input_ids)
         candidates, logits = super().get_candidates(input_ids, **kwargs)
         drafted = candidates.shape[1] - cur_len
-        room = min(self.config.pool_tokens, self.max_length - cur_len - 1 - drafted)
-        phrase: Phrase = ()
-        context_start = max(0, cur_len - self.pool.key_length)
-        tail = candidates[0, context_start:].tolist()
-        if room > 0 and not (drafted and tail[-1] in self.eos):
-            phrase = self.pool.lookup(tail)[:room]
-            for i, token in enumerate(phrase):
-                if token in self.eos:  # nothing after EOS can be accepted
-                    phrase = phrase[: i + 1]
-                    break
-        if self.config.from_draft and drafted:
-            self.pool.add(tail, start=cur_len - 1 - context_start)
+        tail = candidates[0, max(0, cur_len - self.pool.key_length) :].tolist()
+        phrase = pool_phrase(self.pool, self.config, tail, drafted, self.max_length - cur_len - 1 - drafted, self.eos)
         self._round = (cur_len, drafted, len(phrase))
         self.stats.pool_lengths.append(len(phrase))
         if not phrase:
@@ -113,11 +129,7 @@ class OuroborosCandidateGenerator(PacerCandidateGenerator):
         self._index_committed(input_ids)
 
     def _index_committed(self, input_ids: torch.LongTensor) -> None:
-        """Index committed text from the first key whose phrase was still short; the newest phrases win."""
-        length = input_ids.shape[1]
-        low = max(0, self._fresh - self.pool.key_length + 1)
-        self.pool.add(input_ids[0, low:].tolist(), start=self._fresh - low)
-        self._fresh = max(self._fresh, length - self.pool.phrase_length)
+        self._fresh = index_committed(self.pool, input_ids[0], self._fresh)
 
     def _index_rejected_tail(self, cur_len: int, scores: torch.FloatTensor, accepted: int) -> None:
         """After each rejected candidate token, store the target's argmax chain (Ouroboros' add_extra_ngram).
@@ -161,18 +173,8 @@ class BatchPhrases:
         if row not in self.fresh:  # first round: the prompt
             self.fresh[row] = 0 if self.config.from_prompt else len(text) - 1
             self._index(row, text)
-        key_start = max(0, len(text) - self.pool.key_length)
-        tail = text[key_start:] + drafted
-        phrase: list[int] = []
-        room = min(self.config.pool_tokens, room)
-        if room > 0 and not (drafted and drafted[-1] in eos):
-            phrase = list(self.pool.lookup(tail)[:room])
-            for i, token in enumerate(phrase):
-                if token in eos:  # nothing after EOS can be accepted
-                    del phrase[i + 1:]
-                    break
-        if self.config.from_draft and drafted:
-            self.pool.add(tail, start=len(text) - 1 - key_start)
+        tail = text[max(0, len(text) - self.pool.key_length) :] + drafted
+        phrase = list(pool_phrase(self.pool, self.config, tail, len(drafted), room, eos))
         self.pool.proposed_tokens += len(phrase)
         for stats in (self.stats, row_stats):
             stats.pool_lengths.append(len(phrase))
@@ -188,6 +190,4 @@ class BatchPhrases:
         self._index(row, text)
 
     def _index(self, row: int, text: list[int]) -> None:
-        low = max(0, self.fresh[row] - self.pool.key_length + 1)
-        self.pool.add(text[low:], start=self.fresh[row] - low)
-        self.fresh[row] = max(self.fresh[row], len(text) - self.pool.phrase_length)
+        self.fresh[row] = index_committed(self.pool, text, self.fresh[row])
