@@ -3,8 +3,10 @@
     python examples/preverifier_cost.py
 
 Times `PacerStoppingCriteria.add_token` over 8-token rounds at block size 1 (three draft features, the
-layer over the new token with the round's cached keys and values, the decision), the same round re-running
-the layer over the whole round every token, and the lean draft step at a 128-token context. Medians of 5.
+layer over the new token with the round's cached keys and values, the decision) with the numpy round scorer
+generation uses on CPU and with the torch forward block by block (what runs on other devices), the same
+round re-running the torch layer over the whole round every token, and the lean draft step at a 128-token
+context. Medians of 5.
 """
 
 from __future__ import annotations
@@ -29,11 +31,16 @@ def main() -> None:
     hidden = torch.randn(8, 1, pair.draft.config.hidden_size)
     logits = torch.randn(8, 1, pair.draft.config.vocab_size)
 
-    def incremental() -> None:
-        stop = PacerStoppingCriteria(pv, PacerStats(strategy="cost"))
-        stop.start_round()
-        for i in range(8):
-            stop.add_token(hidden[i], logits[i], logits[i].argmax(-1, keepdim=True))
+    scorer_stop = PacerStoppingCriteria(pv, PacerStats(strategy="cost"))
+    torch_stop = PacerStoppingCriteria(pv, PacerStats(strategy="cost"))
+    torch_stop.scorer = None
+
+    def rounds(stop: PacerStoppingCriteria):
+        def round_() -> None:
+            stop.start_round()
+            for i in range(8):
+                stop.add_token(hidden[i], logits[i], logits[i].argmax(-1, keepdim=True))
+        return round_
 
     @torch.no_grad()
     def full_rerun() -> None:
@@ -43,10 +50,13 @@ def main() -> None:
             features.append(pacer_hf.draft_features(logits[i], logits[i].argmax(-1)))
             pv.decide(pv(torch.stack(seen, 1), torch.stack(features, 1)).logits[0])
 
-    per_token: dict[str, list[float]] = {"incremental": [], "full re-run": []}
-    incremental(), full_rerun()
+    settings = {"numpy scorer": rounds(scorer_stop), "torch, block by block": rounds(torch_stop),
+                "torch, full re-run": full_rerun}
+    per_token: dict[str, list[float]] = {name: [] for name in settings}
+    for round_ in settings.values():
+        round_()
     for _ in range(5):
-        for name, round_ in (("incremental", incremental), ("full re-run", full_rerun)):
+        for name, round_ in settings.items():
             start = time.perf_counter()
             for _ in range(50):
                 round_()

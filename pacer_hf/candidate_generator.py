@@ -33,35 +33,45 @@ class PacerStoppingCriteria(StoppingCriteria):
         self.block_size = preverifier.config.block_size
         self.device = preverifier.device
         self.stats = stats
+        self.scorer = preverifier.round_scorer()  # numpy on CPU; None: the torch forward, block by block
         self.hidden: list[torch.Tensor] = []  # the current block's inputs only
         self.features: list[torch.Tensor] = []
-        self.past = None  # the pre-verifier's keys/values over the round's earlier blocks
-        self.token_logits: torch.Tensor | None = None  # acceptance logits of every token drafted this round
+        self.past = None  # the pre-verifier's keys/values over the round's earlier blocks (torch path)
+        self.token_logits: list[float] = []  # acceptance logits of every token drafted this round
         self.trim = 0
 
     def start_round(self) -> None:
         self.hidden.clear()
         self.features.clear()
-        self.past, self.token_logits, self.trim = None, None, 0
+        self.past, self.token_logits, self.trim = None, [], 0
+        if self.scorer is not None:
+            self.scorer.start()
 
     @torch.no_grad()
     def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
         """Record one drafted token (draft hidden state, raw logits, id); True when drafting should stop.
 
-        At a block boundary only the new block is scored, over the round's cached keys and values."""
-        self.hidden.append(hidden)
-        self.features.append(draft_features(logits, token[:, 0]))  # 3 numbers: no logits are kept
-        if len(self.hidden) < self.block_size:
-            return False
+        On CPU each token is scored as it comes (`RoundScorer`); elsewhere the torch layer scores each block at its
+        boundary over the round's cached keys and values. Either way the decision is taken at block boundaries."""
         start = time.perf_counter()
-        out = self.preverifier(torch.stack(self.hidden, 1).to(self.device), torch.stack(self.features, 1).to(self.device),
-                               past_key_values=self.past)
-        self.hidden.clear()
-        self.features.clear()
-        self.past = out.past_key_values
-        new = out.logits[0]
-        self.token_logits = new if self.token_logits is None else torch.cat((self.token_logits, new))
-        stop, self.trim = self.preverifier.decide(self.token_logits)
+        features = draft_features(logits, token[:, 0])  # 3 numbers: no logits are kept
+        if self.scorer is not None:
+            self.token_logits.append(self.scorer.add(hidden[0].float().cpu().numpy(), features[0].cpu().numpy()))
+            done = len(self.token_logits) % self.block_size == 0
+        else:
+            self.hidden.append(hidden)
+            self.features.append(features)
+            done = len(self.hidden) == self.block_size
+            if done:
+                out = self.preverifier(torch.stack(self.hidden, 1).to(self.device),
+                                       torch.stack(self.features, 1).to(self.device), past_key_values=self.past)
+                self.hidden.clear()
+                self.features.clear()
+                self.past = out.past_key_values
+                self.token_logits += out.logits[0].float().tolist()
+        stop = False
+        if done:
+            stop, self.trim = self.preverifier.decide(self.token_logits)
         self.stats.preverifier_seconds += time.perf_counter() - start
         return stop
 

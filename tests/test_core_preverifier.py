@@ -130,8 +130,39 @@ def test_block_by_block_scoring_equals_the_full_rerun():
         pv(hidden[:, :1], features[:, :1], past_key_values=past)
 
 
-def test_stopping_criteria_decisions_equal_deciding_on_the_full_rerun(pair):
-    """In generate, every block decision equals decide() on a full re-run over the round so far."""
+@pytest.mark.parametrize("mode", ["both", "hidden", "features"])
+def test_round_scorer_equals_the_torch_forward(mode):
+    """The numpy scorer generation uses on CPU gives the layer's logits, token by token, round after round."""
+    torch.manual_seed(0)
+    pv = PacerPreVerifier(PacerConfig(draft_hidden_size=16, max_draft_tokens=6, input_mode=mode,
+                                      initializer_range=0.5, intermediate_size=48)).eval()
+    for module in pv.modules():  # non-trivial LayerNorm affines, so their folding into the linears is exercised
+        if isinstance(module, torch.nn.LayerNorm):
+            torch.nn.init.normal_(module.weight, 1.0, 0.3)
+            torch.nn.init.normal_(module.bias, 0.0, 0.3)
+    scorer = pv.round_scorer()
+    for _ in range(3):  # rounds: start() must forget the last one
+        hidden, features = torch.randn(1, 6, 16) * 2, torch.randn(1, 6, 3) * 2
+        with torch.no_grad():
+            full = pv(hidden, features).logits[0]
+        scorer.start()
+        got = torch.tensor([scorer.add(hidden[0, i].numpy(), features[0, i].numpy()) for i in range(6)])
+        torch.testing.assert_close(got, full, atol=2e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="exceed max_draft_tokens"):
+        scorer.add(hidden[0, 0].numpy(), features[0, 0].numpy())
+
+
+def test_round_scorer_only_on_cpu():
+    pv = PacerPreVerifier(PacerConfig(draft_hidden_size=8))
+    assert pv.round_scorer() is not None
+    pv.to("meta")
+    assert pv.round_scorer() is None
+
+
+@pytest.mark.parametrize("scorer", ["numpy", "torch"])
+def test_stopping_criteria_decisions_equal_deciding_on_the_full_rerun(pair, scorer):
+    """In generate, every block decision equals decide() on a full re-run over the round so far, whether the
+    round is scored by the numpy scorer (CPU) or by the torch forward block by block (other devices)."""
     from pacer_hf.candidate_generator import PacerStoppingCriteria
     from pacer_hf.stats import PacerStats
 
@@ -140,6 +171,8 @@ def test_stopping_criteria_decisions_equal_deciding_on_the_full_rerun(pair):
     for rule, extra in (("block", {}), ("cumulative", {}), ("expected_gain", {"calibration": COSTS})):
         pv = make_preverifier(draft, block_size=2, threshold=0.5, decision_rule=rule, max_draft_tokens=8, **extra)
         stop = PacerStoppingCriteria(pv, PacerStats(strategy="pacer"))
+        if scorer == "torch":
+            stop.scorer = None
         stop.start_round()
         hidden, features = [], []
         generator = torch.Generator().manual_seed(1)

@@ -78,7 +78,8 @@ def test_end_to_end_collect_train_calibrate_generate(tiny_pair, traces, tmp_path
     assert {"sim_speedup", "sim_best_fixed", "sim_oracle"} <= set(metrics)
     costs = measure_costs(target, draft, model, context=16, max_k=STEPS, repeats=2, progress=False)
     assert costs.draft_cost > 0 and costs.verify_cost[0] == 1.0 and costs.step_seconds > 0
-    costs = measure_loop_costs(target, draft, costs, model, context=16, new_tokens=24, gammas=(1, 4), repeats=2)
+    assert costs.preverifier_cost > 0, "the pre-verifier's work per drafted token is timed"
+    costs = measure_loop_costs(target, draft, costs, context=16, new_tokens=24, gammas=(1, 4), repeats=2)
     assert costs.draft_cost > 0 and np.isfinite([costs.round_overhead, costs.ar_overhead, costs.preverifier_cost]).all()
     assert getattr(target, "_pacer_plain_generate", None) is not None, "an enabled target stays enabled"
     # The fitted in-loop model explains a real call's time (loosely: tiny models on a shared CPU are noisy).
@@ -125,30 +126,35 @@ def test_round_overhead_favours_longer_drafts():
     assert restored.round_overhead == 0.5 and restored.ar_overhead == 0.0
 
 
-def test_collected_inputs_match_generation(tiny_pair):
+def test_collected_inputs_match_generation(tiny_pair, monkeypatch):
     """Collection's hidden states/features equal what generation feeds the pre-verifier, and the simulator's
     draft length equals the one generation chooses (first round, same prefix)."""
+    from pacer_hf.modeling_pacer import RoundScorer
+
     target, draft = tiny_pair
     prompt = corpus(1, 12, seed=7)[0]
     pv = make_preverifier(draft, max_draft_tokens=STEPS, block_size=2, threshold=0.3)
-    calls = []
-    handle = pv.register_forward_hook(lambda module, args, output: calls.append([a.clone() for a in args]))
-    try:
-        target.generate(torch.tensor([prompt]), assistant_model=draft, pacer=pv, do_sample=False, max_new_tokens=8)
-    finally:
-        handle.remove()
+    fed, add = [], RoundScorer.add
+
+    def recording_add(self, hidden, features):
+        fed.append((hidden.copy(), features.copy()))
+        return add(self, hidden, features)
+
+    monkeypatch.setattr(RoundScorer, "add", recording_add)
+    target.generate(torch.tensor([prompt]), assistant_model=draft, pacer=pv, do_sample=False, max_new_tokens=8)
     first_round = pacer_hf.last_stats(target).draft_lengths[0]
     arrays = propose_and_label(target, draft, [prompt], STEPS)
-    hidden, feats = calls[first_round // 2 - 1]
-    n = hidden.shape[1]
-    torch.testing.assert_close(hidden[0].float(), torch.as_tensor(arrays["draft_hidden_states"][0, :n]).float(),
+    hidden = torch.as_tensor(np.stack([h for h, _ in fed[:first_round]]))
+    feats = torch.as_tensor(np.stack([f for _, f in fed[:first_round]]))
+    torch.testing.assert_close(hidden.float(), torch.as_tensor(arrays["draft_hidden_states"][0, :first_round]).float(),
                                atol=2e-3, rtol=2e-3)
-    torch.testing.assert_close(feats[0].float(), torch.as_tensor(arrays["draft_features"][0, :n]), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(feats.float(), torch.as_tensor(arrays["draft_features"][0, :first_round]),
+                               atol=1e-4, rtol=1e-4)
     data = {"draft_hidden_states": torch.as_tensor(arrays["draft_hidden_states"]).float(),
             "draft_features": torch.as_tensor(arrays["draft_features"])}
     with torch.no_grad():
         probs = torch.sigmoid(pv(**data).logits).numpy()
-    lengths, _ = pacer_lengths(probs, 2, 0.3, "block")
+    lengths = pacer_lengths(probs, 2, 0.3, "block")
     assert int(lengths[0]) == first_round
 
 
@@ -231,6 +237,26 @@ def test_fine_tune_existing_preverifier(traces, tmp_path):
     assert tuned.config.hidden_size == 32 and metrics["auc"] == metrics["auc"]
 
 
+def test_train_on_several_collections(tiny_pair, traces, tmp_path):
+    """`--data A B` trains on both collections' rows, text ids kept apart; another draft's collection is refused."""
+    from pacer_hf.training.train import load_collections
+
+    target, draft = tiny_pair
+    second = collect(target, draft, tmp_path / "second", token_ids=corpus(8, seed=1), config=small_config(),
+                     progress=False)
+    one, both = load_collections(traces)[1], load_collections([traces, second])[1]
+    assert len(both) == len(one) + len(load_traces(second))
+    assert min(both["text_id"][len(one):]) > max(one["text_id"])
+    model, _ = train_preverifier([traces, second], tmp_path / "pv", eval_fraction=0.25, epochs=1, batch_size=32,
+                                 progress=False)
+    assert model.config.training["train_data"] == [str(traces), str(second)]
+    assert model.config.training["train_rows"] + model.config.training["eval_rows"] == len(both)
+    other = build_model("llama", vocab_size=VOCAB, hidden=16, layers=1)
+    foreign = collect(target, other, tmp_path / "foreign", token_ids=corpus(4), config=small_config(), progress=False)
+    with pytest.raises(ValueError, match="another draft"):
+        load_collections([traces, foreign])
+
+
 def test_peft_draft_exact_and_alignment(tiny_pair, tmp_path):
     from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -311,7 +337,7 @@ def test_round_costs_measured_in_generate_and_validation_on_the_clock(tiny_pair,
 
     target, draft = tiny_pair
     costs = measure_costs(target, draft, None, context=16, max_k=4, repeats=2, progress=False)
-    costs = measure_loop_costs(target, draft, costs, None, context=16, new_tokens=24, gammas=(1, 2, 3), repeats=2)
+    costs = measure_loop_costs(target, draft, costs, context=16, new_tokens=24, gammas=(1, 2, 3), repeats=2)
     assert len(costs.round_cost) == 4 and all(value > 0 for value in costs.round_cost)
     # k=0 is plain decoding per token: the same measurement as ar_overhead (= its excess over a bare step)
     assert costs.ar_overhead == pytest.approx(max(costs.round_cost[0] - 1.0, 0.0), abs=1e-9)

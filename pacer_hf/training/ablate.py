@@ -37,7 +37,7 @@ def evaluate(model, calib, report, costs: CostModel, block_sizes=(1, 2, 3, 4, 6,
     search = best_setting(acceptance_matrix(y_cal), p_cal, costs, block_sizes, rules=rules)
     best = search["best"]
     acc = acceptance_matrix(y_rep)
-    lengths, calls = pacer_lengths(p_rep, best["block_size"], best["threshold"], best["rule"])
+    lengths = pacer_lengths(p_rep, best["block_size"], best["threshold"], best["rule"])
     auc, ece = auc_ece(p_rep, y_rep)
     per_setting = {}
     for rule in rules:
@@ -45,9 +45,9 @@ def evaluate(model, calib, report, costs: CostModel, block_sizes=(1, 2, 3, 4, 6,
             rows = [r for r in search["grid"] if r["rule"] == rule and r["block_size"] == b]
             if rows:
                 pick = max(rows, key=lambda r: r["speedup"])
-                lr, lc = pacer_lengths(p_rep, b, pick["threshold"], rule)
-                per_setting[f"{rule} b={b}"] = speedup(acc, lr, costs, lc)
-    return {"auc": auc, "ece": ece, "speedup": speedup(acc, lengths, costs, calls), "setting": best,
+                chosen = pacer_lengths(p_rep, b, pick["threshold"], rule)
+                per_setting[f"{rule} b={b}"] = speedup(acc, chosen, costs, scored=chosen)
+    return {"auc": auc, "ece": ece, "speedup": speedup(acc, lengths, costs, scored=lengths), "setting": best,
             "mean_draft": float(lengths.mean()), "per_setting": per_setting}
 
 

@@ -1,9 +1,9 @@
 """Calibrate a pre-verifier for this hardware: measure the pair's costs, pick block size and threshold.
 
 Measures c = t(draft step)/t(target step) and verify_cost(k) = t(target forward over k+1 tokens) /
-t(one target step) (medians, runs interleaved), then the costs inside `generate` (the loop's
-per-round overhead, the draft step and pre-verifier call as the loop runs them, plain decoding's
-per-token overhead) from real generations, then searches decision rule x block size x threshold
+t(one target step) and the pre-verifier's work per drafted token (medians, runs interleaved), then the
+costs inside `generate` (the loop's per-round overhead, the draft step as the loop runs it, plain
+decoding's per-token overhead) from real generations, then searches decision rule x block size x threshold
 for the highest simulated speedup on held-out traces and writes the choice, `cost_ratio` and a
 `calibration` dict (costs, table, data) into the pre-verifier's config.
 """
@@ -15,7 +15,7 @@ import json
 import platform
 import statistics
 import time
-from copy import deepcopy
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,10 +36,10 @@ from .validate import compare_in_generate
 @torch.inference_mode()
 def measure_costs(target: PreTrainedModel, draft: PreTrainedModel | None, preverifier: PacerPreVerifier | None = None,
                   context: int = 128, max_k: int = 16, repeats: int = 15, progress: bool = True) -> CostModel:
-    """Time one target step, target forwards over k+1 tokens (k = 0..max_k) and one draft step on a cached
-    `context`-token prefix; all relative to one target step. Interleaved repeats, medians. The draft step
-    goes through the forward the drafting loop uses (the lean one when the draft qualifies). Without a
-    draft (prompt lookup) the draft cost is 0."""
+    """Time one target step, target forwards over k+1 tokens (k = 0..max_k), one draft step on a cached
+    `context`-token prefix and the pre-verifier's work per drafted token; all relative to one target step.
+    Interleaved repeats, medians. The draft step goes through the forward the drafting loop uses (the lean
+    one when the draft qualifies). Without a draft (prompt lookup) the draft cost is 0."""
     def timer(model: PreTrainedModel, width: int, keep: int | None):
         return cached_forward_timer(model, width, context, logits_to_keep=keep)
 
@@ -48,10 +48,7 @@ def measure_costs(target: PreTrainedModel, draft: PreTrainedModel | None, prever
         runs["draft"] = draft_step_timer(draft, context)
     runs.update({f"verify-{k}": timer(target, k + 1, None) for k in range(1, max_k + 1)})
     if preverifier is not None:
-        hidden = torch.zeros(1, preverifier.config.max_draft_tokens, preverifier.config.draft_hidden_size)
-        feats = torch.zeros(1, preverifier.config.max_draft_tokens, 3)
-        size = preverifier.config.max_draft_tokens // 2 or 1
-        runs["preverifier"] = lambda: _time(lambda: preverifier(hidden[:, :size], feats[:, :size]))
+        runs["preverifier"] = preverifier_token_timer(preverifier, draft or target)
     samples: dict[str, list[float]] = {name: [] for name in runs}
     for name in runs:  # warm-up
         runs[name]()
@@ -66,8 +63,8 @@ def measure_costs(target: PreTrainedModel, draft: PreTrainedModel | None, prever
 
 
 @torch.inference_mode()
-def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: CostModel,
-                       preverifier: PacerPreVerifier | None = None, context: int = 128, new_tokens: int = 64,
+def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: CostModel, context: int = 128,
+                       new_tokens: int = 64,
                        gammas: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8), repeats: int = 2) -> CostModel:
     """Refine `costs` with what the forwards alone miss, measured in real `generate` calls.
 
@@ -76,8 +73,8 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
     is that forward); a least-squares fit over several γ gives the in-loop draft step d and the
     per-round overhead o. The same runs give `round_cost[γ]`, the measured time of a whole round drafting
     γ tokens, which the simulator and `decision_rule="expected_gain"` use instead of the fitted sum
-    (round_cost[0] is plain decoding's time per token). Plain decoding gives ar_overhead; a Pacer run that
-    never stops (threshold 0) gives the in-loop cost of a pre-verifier call. All in units of
+    (round_cost[0] is plain decoding's time per token). Plain decoding gives ar_overhead. The pre-verifier's
+    cost per drafted token stays measure_costs' (it times the code generation runs). All in units of
     `costs.step_seconds` (one bare target step, from measure_costs).
     """
     step_seconds = costs.step_seconds
@@ -117,26 +114,41 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
                             ar_overhead=max(ar - step_seconds, 0.0) / step_seconds, step_seconds=step_seconds)
         if list(gammas) == list(range(1, len(gammas) + 1)):  # a table needs every length from 1 on
             refined.round_cost = [ar / step_seconds] + [min(per_round[g]) / step_seconds for g in gammas]
-        if preverifier is not None:  # never stops: every block pays one call
-            never = deepcopy(preverifier)
-            never.config.threshold, never.config.trim_failed_block = 0.0, False
-            calls, extra = 0, 0.0
-            for _ in range(repeats):
-                seconds, stats = timed(assistant_model=draft, pacer=never)
-                extra += (after_setup_and_verify(seconds, stats) - stats.draft_forwards * draft_s
-                          - (stats.target_forwards - 1) * round_s)
-                calls += sum(n // never.config.block_size for n in stats.draft_lengths)
-            refined.preverifier_cost = max(extra / max(calls, 1), 0.0) / step_seconds
         return refined
     finally:
         if enabled_here:
             disable(target)
 
 
-def _time(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedModel) -> Callable[[], float]:
+    """Seconds per drafted token of what generation runs for Pacer (`PacerStoppingCriteria.add_token`: the
+    draft-distribution features over the draft's full vocabulary, the scorer, the decision), over 8-token rounds.
+
+    Scoring is per token whatever the block size (the CPU scorer adds one token at a time), so the cost model
+    charges it per drafted token."""
+    from ..candidate_generator import PacerStoppingCriteria
+    from ..stats import PacerStats
+
+    config = preverifier.config.to_dict()
+    config.update(block_size=1, decision_rule="block", threshold=0.0, trim_failed_block=False)
+    copy = type(preverifier)(type(preverifier.config)(**config)).to(preverifier.device).eval()
+    copy.load_state_dict(preverifier.state_dict())
+    stop = PacerStoppingCriteria(copy, PacerStats(strategy="timing"))
+    vocab = draft.get_output_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(0)
+    tokens = min(8, copy.config.max_draft_tokens)
+    hidden = torch.randn(tokens, 1, copy.config.draft_hidden_size, generator=generator).to(copy.device)
+    logits = (torch.randn(tokens, 1, vocab, generator=generator) * 3).to(copy.device)
+    ids = logits.argmax(-1, keepdim=True)
+
+    def once() -> float:
+        start = time.perf_counter()
+        stop.start_round()
+        for i in range(tokens):
+            stop.add_token(hidden[i], logits[i], ids[i])
+        return (time.perf_counter() - start) / tokens
+
+    return once
 
 
 @torch.no_grad()
@@ -230,9 +242,9 @@ def format_table(report: dict) -> str:
     table, best = report["table"], report["chosen"]
     lines = [f"c = t(draft)/t(target) = {report['draft_cost']:.3f}; verify_cost(k) = "
              + ", ".join(f"{v:.2f}" for v in report["verify_cost"][:9]) + " (k=0..8)",
-             f"per round: loop overhead {report.get('round_overhead', 0.0):.3f}, pre-verifier call "
-             f"{report.get('preverifier_cost', 0.0):.3f}; plain decoding's loop {report.get('ar_overhead', 0.0):.3f}"
-             " per token (all in target steps)",
+             f"loop overhead {report.get('round_overhead', 0.0):.3f} per round; pre-verifier "
+             f"{report.get('preverifier_cost', 0.0):.3f} per drafted token; plain decoding's loop "
+             f"{report.get('ar_overhead', 0.0):.3f} per token (all in target steps)",
              *(["a round drafting k tokens, measured in generate: " + ", ".join(f"{v:.2f}" for v in report["round_cost"][:9])
                 + " target steps (k=0..8; k=0: plain decoding per token)"] if report.get("round_cost") else []),
              f"{report['reported_on']}: {report['rounds']} rounds   AUC {report['auc']:.3f}   ECE {report['ece']:.3f}",
@@ -309,9 +321,9 @@ def run(args: argparse.Namespace) -> int:
                               max_k=max(16, preverifier.config.max_draft_tokens), repeats=args.repeats)
         measured["costs"] = f"measured: context {args.context}, {args.repeats} interleaved repeats, medians"
         if not args.no_loop_costs:
-            measured["bare_draft_cost"], measured["bare_preverifier_cost"] = costs.draft_cost, costs.preverifier_cost
-            costs = measure_loop_costs(target, draft, costs, preverifier, context=args.context)
-            measured["costs"] += "; draft step, pre-verifier call and loop overheads measured inside generate"
+            measured["bare_draft_cost"] = costs.draft_cost
+            costs = measure_loop_costs(target, draft, costs, context=args.context)
+            measured["costs"] += "; draft step and loop overheads measured inside generate"
         measured["draft_model"], measured["target_model"] = args.draft, args.target
     block_sizes = tuple(int(b) for b in args.block_sizes.split(","))
     rules = tuple(r.strip() for r in args.rules.split(","))

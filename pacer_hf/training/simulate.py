@@ -25,6 +25,7 @@ class CostModel:
     draft_cost: float = 0.1
     verify_cost: list[float] = field(default_factory=lambda: [1.0 + 0.05 * k for k in range(33)])
     preverifier_cost: float = 0.0
+    # preverifier_cost: per drafted token scored (features, scorer, decision; calibrate.preverifier_token_timer).
     # Measured inside `generate` (calibrate.measure_loop_costs): the speculative loop's cost per round
     # beyond the forwards, and plain decoding's per token. Without them the model prefers short drafts:
     # it misses that every extra round pays the loop again.
@@ -86,13 +87,14 @@ def expected_accepted(acc: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return csum[np.arange(acc.shape[0]), lengths]
 
 
-def speedup(acc: np.ndarray, lengths: np.ndarray, costs: CostModel, preverifier_calls: np.ndarray | None = None) -> float:
-    """Simulated speedup over autoregressive decoding when round r drafts lengths[r] tokens."""
+def speedup(acc: np.ndarray, lengths: np.ndarray, costs: CostModel, scored: np.ndarray | None = None) -> float:
+    """Simulated speedup over autoregressive decoding when round r drafts lengths[r] tokens, `scored[r]` of
+    them scored by the pre-verifier (None: no pre-verifier)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     tokens = expected_accepted(acc, lengths) + 1.0
     time = costs.round_time(lengths)
-    if preverifier_calls is not None:
-        time = time + preverifier_calls * costs.preverifier_cost
+    if scored is not None:
+        time = time + scored * costs.preverifier_cost
     return float(tokens.sum() * (1.0 + costs.ar_overhead) / time.sum())
 
 
@@ -111,43 +113,40 @@ def oracle_lengths(acc: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarr
 
 
 def pacer_lengths(probs: np.ndarray, block_size: int, threshold: float, rule: str = "block",
-                  max_tokens: int | None = None, costs: CostModel | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  max_tokens: int | None = None, costs: CostModel | None = None) -> np.ndarray:
     """Draft lengths chosen by the Pacer rule from per-token predicted acceptance `probs (N, L)`.
 
     Mirrors generation: after every `block_size` tokens the pre-verifier scores the last block
     ("block") or the whole draft ("cumulative") against `threshold`, or ("expected_gain", with `costs`)
     asks `expected_gain_continues`, the function `PacerPreVerifier.decide` calls; a stop ends drafting
-    (the last block is still verified); the cap is `max_tokens`. Returns (lengths, pre-verifier calls).
+    (the last block is still verified); the cap is `max_tokens`. Every drafted token is scored (its
+    features and the scorer run per token), so a round's pre-verifier cost is its length times the per-token cost.
     """
     n, width = probs.shape
     cap = min(width, max_tokens or width)
     if rule == "expected_gain":
         if costs is None:
             raise ValueError("rule='expected_gain' needs the cost model (costs=).")
-        calibration, lengths, calls = costs.as_calibration(), np.full(n, cap, dtype=np.int64), np.zeros(n, np.int64)
+        calibration, lengths = costs.as_calibration(), np.full(n, cap, dtype=np.int64)
         for r, row in enumerate(probs[:, :cap].tolist()):
             for end in range(block_size, cap + 1, block_size):
-                calls[r] += 1
                 if not expected_gain_continues(row[:end], block_size, cap, calibration):
                     lengths[r] = end
                     break
-        return lengths, calls
+        return lengths
     lengths = np.full(n, cap, dtype=np.int64)
-    calls = np.zeros(n, dtype=np.int64)
     alive = np.ones(n, dtype=bool)
     if threshold <= 0:
-        calls[:] = cap // block_size
-        return lengths, calls
+        return lengths
     logp = np.log(np.clip(probs[:, :cap], 1e-12, 1.0))
     cum = np.cumsum(logp, axis=1)
     for end in range(block_size, cap + 1, block_size):
         start = end - block_size if rule == "block" else 0
         score = np.exp(cum[:, end - 1] - (cum[:, start - 1] if start > 0 else 0.0))
-        calls[alive] += 1
         fail = alive & ((score < threshold) | (threshold >= 1.0))
         lengths[fail] = end
         alive &= ~fail
-    return lengths, calls
+    return lengths
 
 
 THRESHOLDS = (0.01, 0.02, *(round(x, 2) for x in np.arange(0.05, 1.0, 0.05)), 0.97, 0.99, 1.0)
@@ -160,8 +159,8 @@ def speedup_table(acc: np.ndarray, probs: np.ndarray | None, costs: CostModel, b
     lengths, hard = oracle_lengths(acc)
     table["oracle"] = speedup(hard, lengths, costs)
     if probs is not None:
-        lengths, calls = pacer_lengths(probs, block_size, threshold, rule, costs=costs)
-        table["pacer"] = speedup(acc, lengths, costs, calls)
+        lengths = pacer_lengths(probs, block_size, threshold, rule, costs=costs)
+        table["pacer"] = speedup(acc, lengths, costs, scored=lengths)
         table["pacer_mean_draft"] = float(lengths.mean())
     return table
 
@@ -178,9 +177,9 @@ def best_setting(acc: np.ndarray, probs: np.ndarray, costs: CostModel, block_siz
             if b > acc.shape[1]:
                 continue
             for t in (None,) if rule == "expected_gain" else thresholds:
-                lengths, calls = pacer_lengths(probs, b, t, rule, costs=costs)
+                lengths = pacer_lengths(probs, b, t, rule, costs=costs)
                 grid.append({"rule": rule, "block_size": b, "threshold": None if t is None else float(t),
-                             "speedup": speedup(acc, lengths, costs, calls), "mean_draft": float(lengths.mean())})
+                             "speedup": speedup(acc, lengths, costs, scored=lengths), "mean_draft": float(lengths.mean())})
     best = max(grid, key=lambda row: row["speedup"])
     # The cost-aware rule has no threshold fitted to these traces, so it is preferred unless a threshold
     # rule beats it by more than `prefer_margin` (a tuned threshold's edge on the traces it was tuned on).

@@ -132,8 +132,8 @@ def evaluation_metrics(probs: np.ndarray, labels: np.ndarray, config: PacerConfi
     best_fixed = max(v for k, v in table.items() if k.startswith("fixed-"))
     tuned = table["pacer"]  # expected_gain has no threshold to tune
     for t in () if config.decision_rule == "expected_gain" else THRESHOLDS:
-        lengths, calls = pacer_lengths(probs, config.block_size, t, config.decision_rule, costs=costs)
-        tuned = max(tuned, speedup(acc, lengths, costs, calls))
+        lengths = pacer_lengths(probs, config.block_size, t, config.decision_rule, costs=costs)
+        tuned = max(tuned, speedup(acc, lengths, costs, scored=lengths))
     valid = labels >= 0
     return {"auc": auc, "ece": ece, "accept_rate": float(labels[valid].mean()),
             "sim_speedup": table["pacer"], "sim_speedup_tuned": tuned, "sim_best_fixed": best_fixed,
@@ -213,8 +213,27 @@ def predict_probs(model: PacerPreVerifier, dataset: TraceTensors, batch_size: in
     return np.concatenate(probs), columns["labels"].numpy()
 
 
+def load_collections(paths: str | Path | list[str | Path]) -> tuple[dict, datasets.Dataset]:
+    """The first collection's manifest and the rows of every collection, for one training set.
+
+    Collections must come from the same draft; text ids are offset per collection so that holding out
+    texts (`split_by_text`) never mixes two collections' texts."""
+    paths = paths if isinstance(paths, list) else [paths]
+    manifest, parts, offset = read_manifest(paths[0]), [], 0
+    for path in paths:
+        if read_manifest(path)["draft_signature"] != manifest["draft_signature"]:
+            raise ValueError(f"{str(path)!r} was collected with another draft than {str(paths[0])!r}; train on "
+                             "collections of one draft.")
+        traces = load_traces(path)
+        if offset:
+            traces = traces.map(lambda row, shift=offset: {"text_id": row["text_id"] + shift})
+        offset += max(traces["text_id"]) + 1
+        parts.append(traces)
+    return manifest, datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+
+
 def train_preverifier(
-    train_data: str | Path,
+    train_data: str | Path | list[str | Path],
     output_dir: str | Path,
     *,
     eval_data: str | Path | None = None,
@@ -238,8 +257,7 @@ def train_preverifier(
     Returns the model and the evaluation metrics (also written to `output_dir/train_results.json`).
     `batch_size` is the global batch: under data parallelism each process takes its share.
     """
-    manifest = read_manifest(train_data)
-    traces = load_traces(train_data)
+    manifest, traces = load_collections(train_data)
     if eval_data is not None:
         eval_manifest = read_manifest(eval_data)
         if eval_manifest["draft_signature"] != manifest["draft_signature"]:
@@ -281,7 +299,8 @@ def train_preverifier(
     metrics = trainer.evaluate()
     metrics = {k.removeprefix("eval_"): v for k, v in metrics.items()}
     metrics["world_size"] = trainer.args.world_size
-    model.config.training = {"train_data": str(train_data), "eval_data": str(eval_data) if eval_data else None,
+    sources = [str(path) for path in (train_data if isinstance(train_data, list) else [train_data])]
+    model.config.training = {"train_data": sources[0] if len(sources) == 1 else sources, "eval_data": str(eval_data) if eval_data else None,
                              "eval_fraction": None if eval_data else eval_fraction, "loss": loss_type,
                              "label_column": label_column, "epochs": epochs, "train_rows": len(train_set),
                              "eval_rows": len(eval_set), "metrics": {k: metrics[k] for k in ("auc", "ece")}}
@@ -292,7 +311,8 @@ def train_preverifier(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, help="traces folder written by `pacer-hf collect`")
+    parser.add_argument("--data", required=True, nargs="+",
+                        help="traces folder(s) written by `pacer-hf collect` (several: one training set)")
     parser.add_argument("--eval-data", help="held-out traces folder (default: hold out --eval-fraction of texts)")
     parser.add_argument("--eval-fraction", type=float, default=0.1)
     parser.add_argument("--out", required=True, help="folder for the trained pre-verifier")
