@@ -24,8 +24,7 @@ class CostModel:
 
     draft_cost: float = 0.1
     verify_cost: list[float] = field(default_factory=lambda: [1.0 + 0.05 * k for k in range(33)])
-    preverifier_cost: float = 0.0
-    # preverifier_cost: per drafted token scored (features, scorer, decision; calibrate.preverifier_token_timer).
+    preverifier_cost: float = 0.0  # per drafted token scored: features, scorer, decision (preverifier_token_timer)
     # Measured inside `generate` (calibrate.measure_loop_costs): the speculative loop's cost per round
     # beyond the forwards, and plain decoding's per token. Without them the model prefers short drafts:
     # it misses that every extra round pays the loop again.
