@@ -17,50 +17,36 @@ import time
 import torch
 
 import pacer_hf
-from pacer_hf.candidate_generator import PacerStoppingCriteria
 from pacer_hf.pairs import load_pair
-from pacer_hf.stats import PacerStats
-from pacer_hf.timing import draft_step_timer
+from pacer_hf.timing import draft_step_timer, preverifier_token_timer
 
 
 def main() -> None:
     torch.set_num_threads(1)
     pair = load_pair("stdlib")
     pv = pair.preverifier
-    pv.config.decision_rule, pv.config.block_size, pv.config.threshold = "block", 1, 0.0  # score every token
     hidden = torch.randn(8, 1, pair.draft.config.hidden_size)
     logits = torch.randn(8, 1, pair.draft.config.vocab_size)
 
-    scorer_stop = PacerStoppingCriteria(pv, PacerStats(strategy="cost"))
-    torch_stop = PacerStoppingCriteria(pv, PacerStats(strategy="cost"))
-    torch_stop.scorer = None
-
-    def rounds(stop: PacerStoppingCriteria):
-        def round_() -> None:
-            stop.start_round()
-            for i in range(8):
-                stop.add_token(hidden[i], logits[i], logits[i].argmax(-1, keepdim=True))
-        return round_
-
     @torch.no_grad()
-    def full_rerun() -> None:
+    def full_rerun() -> float:
+        start = time.perf_counter()
         seen, features = [], []
         for i in range(8):
             seen.append(hidden[i])
             features.append(pacer_hf.draft_features(logits[i], logits[i].argmax(-1)))
             pv.decide(pv(torch.stack(seen, 1), torch.stack(features, 1)).logits[0])
+        return (time.perf_counter() - start) / 8
 
-    settings = {"numpy scorer": rounds(scorer_stop), "torch, block by block": rounds(torch_stop),
+    settings = {"numpy scorer": preverifier_token_timer(pv, pair.draft),
+                "torch, block by block": preverifier_token_timer(pv, pair.draft, scorer=False),
                 "torch, full re-run": full_rerun}
     per_token: dict[str, list[float]] = {name: [] for name in settings}
-    for round_ in settings.values():
-        round_()
+    for once in settings.values():
+        once()
     for _ in range(5):
-        for name, round_ in settings.items():
-            start = time.perf_counter()
-            for _ in range(50):
-                round_()
-            per_token[name].append((time.perf_counter() - start) / 400 * 1000)
+        for name, once in settings.items():
+            per_token[name].append(statistics.median(once() for _ in range(50)) * 1000)
     for name, values in per_token.items():
         print(f"pre-verifier, {name}: {statistics.median(values):.3f} ms per drafted token")
     step = draft_step_timer(pair.draft, 128)

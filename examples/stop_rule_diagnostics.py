@@ -122,7 +122,7 @@ def main() -> None:
         fixed = [speedup(acc, np.full(len(acc), g), model) for g in range(1, cap + 1)]
         lengths = np.array([next(n for n in range(1, cap + 1) if n == cap
                                  or not expected_gain_continues(row[:n].tolist(), 1, cap, costs)) for row in probs])
-        rule = speedup(acc, lengths, model, scored=lengths)
+        rule = speedup(acc, lengths, model, preverifier=True)
         oracle = speedup(acc, np.minimum(accepted, cap), model)
         print(f"{category:<20} replay × the target alone: best fixed γ={int(np.argmax(fixed)) + 1} {max(fixed):.3f}, "
               f"expected_gain {rule:.3f} ({rule / max(fixed):.3f}× best fixed, mean draft {lengths.mean():.2f}), "

@@ -1,4 +1,4 @@
-"""The one timing primitive behind every cost measurement: calibration's c and verify costs,
+"""The timing primitives behind every cost measurement: calibration's c, verify and pre-verifier costs,
 PEARL's γ and the demo pair's decode steps."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from transformers import PreTrainedModel
 
 from ._hf_compat import crop_cache
 from .lean_draft import LeanDraft
+from .modeling_pacer import PacerPreVerifier
 
 
 @torch.no_grad()
@@ -44,8 +45,44 @@ def draft_step_timer(draft: PreTrainedModel, context: int = 32) -> Callable[[], 
     return _cropping_timer(lambda: lean(prefix[:, context:], kv), kv, context, lean.device)
 
 
+@torch.no_grad()
+def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedModel,
+                            scorer: bool = True) -> Callable[[], float]:
+    """A callable returning the seconds per drafted token of what generation runs for Pacer
+    (`PacerStoppingCriteria.add_token`: the draft-distribution features over the draft's full vocabulary, the
+    scoring, the decision), over 8-token rounds at block size 1. `scorer=False` scores with the torch forward
+    block by block (what runs off CPU) instead of the numpy round scorer.
+
+    Scoring is per token whatever the block size (the CPU scorer adds one token at a time), so the cost model
+    charges it per drafted token."""
+    from .candidate_generator import PacerStoppingCriteria
+    from .stats import PacerStats
+
+    config = preverifier.config.to_dict()
+    config.update(block_size=1, decision_rule="block", threshold=0.0, trim_failed_block=False)
+    copy = type(preverifier)(type(preverifier.config)(**config)).to(preverifier.device).eval()
+    copy.load_state_dict(preverifier.state_dict())
+    stop = PacerStoppingCriteria(copy, PacerStats(strategy="timing"))
+    if not scorer:
+        stop.scorer = None
+    vocab = draft.get_output_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(0)
+    tokens = min(8, copy.config.max_draft_tokens)
+    hidden = torch.randn(tokens, 1, copy.config.draft_hidden_size, generator=generator).to(copy.device)
+    logits = (torch.randn(tokens, 1, vocab, generator=generator) * 3).to(copy.device)
+    ids = logits.argmax(-1, keepdim=True)
+
+    def round_() -> None:
+        stop.start_round()
+        for i in range(tokens):
+            stop.add_token(hidden[i], logits[i], ids[i])
+
+    timed = _cropping_timer(round_, None, 0, copy.device)
+    return lambda: timed() / tokens
+
+
 def _cropping_timer(step: Callable[[], object], cache, context: int, device: torch.device) -> Callable[[], float]:
-    """Seconds of `step()` (CUDA synchronized around it), with `cache` cropped back to `context` after each call."""
+    """Seconds of `step()` (CUDA synchronized around it), with `cache` (if any) cropped back to `context` after each call."""
     cuda = device.type == "cuda"
 
     @torch.no_grad()
@@ -57,7 +94,8 @@ def _cropping_timer(step: Callable[[], object], cache, context: int, device: tor
         if cuda:
             torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - start
-        crop_cache(cache, context)
+        if cache is not None:
+            crop_cache(cache, context)
         return elapsed
 
     return once

@@ -46,8 +46,8 @@ def evaluate(model, calib, report, costs: CostModel, block_sizes=(1, 2, 3, 4, 6,
             if rows:
                 pick = max(rows, key=lambda r: r["speedup"])
                 chosen = pacer_lengths(p_rep, b, pick["threshold"], rule)
-                per_setting[f"{rule} b={b}"] = speedup(acc, chosen, costs, scored=chosen)
-    return {"auc": auc, "ece": ece, "speedup": speedup(acc, lengths, costs, scored=lengths), "setting": best,
+                per_setting[f"{rule} b={b}"] = speedup(acc, chosen, costs, preverifier=True)
+    return {"auc": auc, "ece": ece, "speedup": speedup(acc, lengths, costs, preverifier=True), "setting": best,
             "mean_draft": float(lengths.mean()), "per_setting": per_setting}
 
 

@@ -15,7 +15,6 @@ import json
 import platform
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ from transformers import PreTrainedModel
 
 from ..generation import disable, enable, last_stats
 from ..modeling_pacer import PacerPreVerifier
-from ..timing import cached_forward_timer, draft_step_timer
+from ..timing import cached_forward_timer, draft_step_timer, preverifier_token_timer
 from .collect import load_traces
 from .common import cli_errors
 from .simulate import CostModel, acceptance_matrix, best_setting, speedup_table
@@ -118,37 +117,6 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
     finally:
         if enabled_here:
             disable(target)
-
-
-def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedModel) -> Callable[[], float]:
-    """Seconds per drafted token of what generation runs for Pacer (`PacerStoppingCriteria.add_token`: the
-    draft-distribution features over the draft's full vocabulary, the scorer, the decision), over 8-token rounds.
-
-    Scoring is per token whatever the block size (the CPU scorer adds one token at a time), so the cost model
-    charges it per drafted token."""
-    from ..candidate_generator import PacerStoppingCriteria
-    from ..stats import PacerStats
-
-    config = preverifier.config.to_dict()
-    config.update(block_size=1, decision_rule="block", threshold=0.0, trim_failed_block=False)
-    copy = type(preverifier)(type(preverifier.config)(**config)).to(preverifier.device).eval()
-    copy.load_state_dict(preverifier.state_dict())
-    stop = PacerStoppingCriteria(copy, PacerStats(strategy="timing"))
-    vocab = draft.get_output_embeddings().weight.shape[0]
-    generator = torch.Generator().manual_seed(0)
-    tokens = min(8, copy.config.max_draft_tokens)
-    hidden = torch.randn(tokens, 1, copy.config.draft_hidden_size, generator=generator).to(copy.device)
-    logits = (torch.randn(tokens, 1, vocab, generator=generator) * 3).to(copy.device)
-    ids = logits.argmax(-1, keepdim=True)
-
-    def once() -> float:
-        start = time.perf_counter()
-        stop.start_round()
-        for i in range(tokens):
-            stop.add_token(hidden[i], logits[i], ids[i])
-        return (time.perf_counter() - start) / tokens
-
-    return once
 
 
 @torch.no_grad()

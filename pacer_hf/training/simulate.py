@@ -86,14 +86,14 @@ def expected_accepted(acc: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return csum[np.arange(acc.shape[0]), lengths]
 
 
-def speedup(acc: np.ndarray, lengths: np.ndarray, costs: CostModel, scored: np.ndarray | None = None) -> float:
-    """Simulated speedup over autoregressive decoding when round r drafts lengths[r] tokens, `scored[r]` of
-    them scored by the pre-verifier (None: no pre-verifier)."""
+def speedup(acc: np.ndarray, lengths: np.ndarray, costs: CostModel, preverifier: bool = False) -> float:
+    """Simulated speedup over autoregressive decoding when round r drafts lengths[r] tokens; with `preverifier`
+    every drafted token also pays `costs.preverifier_cost` (generation scores each one)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     tokens = expected_accepted(acc, lengths) + 1.0
     time = costs.round_time(lengths)
-    if scored is not None:
-        time = time + scored * costs.preverifier_cost
+    if preverifier:
+        time = time + lengths * costs.preverifier_cost
     return float(tokens.sum() * (1.0 + costs.ar_overhead) / time.sum())
 
 
@@ -159,7 +159,7 @@ def speedup_table(acc: np.ndarray, probs: np.ndarray | None, costs: CostModel, b
     table["oracle"] = speedup(hard, lengths, costs)
     if probs is not None:
         lengths = pacer_lengths(probs, block_size, threshold, rule, costs=costs)
-        table["pacer"] = speedup(acc, lengths, costs, scored=lengths)
+        table["pacer"] = speedup(acc, lengths, costs, preverifier=True)
         table["pacer_mean_draft"] = float(lengths.mean())
     return table
 
@@ -178,7 +178,7 @@ def best_setting(acc: np.ndarray, probs: np.ndarray, costs: CostModel, block_siz
             for t in (None,) if rule == "expected_gain" else thresholds:
                 lengths = pacer_lengths(probs, b, t, rule, costs=costs)
                 grid.append({"rule": rule, "block_size": b, "threshold": None if t is None else float(t),
-                             "speedup": speedup(acc, lengths, costs, scored=lengths), "mean_draft": float(lengths.mean())})
+                             "speedup": speedup(acc, lengths, costs, preverifier=True), "mean_draft": float(lengths.mean())})
     best = max(grid, key=lambda row: row["speedup"])
     # The cost-aware rule has no threshold fitted to these traces, so it is preferred unless a threshold
     # rule beats it by more than `prefer_margin` (a tuned threshold's edge on the traces it was tuned on).

@@ -133,7 +133,7 @@ def evaluation_metrics(probs: np.ndarray, labels: np.ndarray, config: PacerConfi
     tuned = table["pacer"]  # expected_gain has no threshold to tune
     for t in () if config.decision_rule == "expected_gain" else THRESHOLDS:
         lengths = pacer_lengths(probs, config.block_size, t, config.decision_rule, costs=costs)
-        tuned = max(tuned, speedup(acc, lengths, costs, scored=lengths))
+        tuned = max(tuned, speedup(acc, lengths, costs, preverifier=True))
     valid = labels >= 0
     return {"auc": auc, "ece": ece, "accept_rate": float(labels[valid].mean()),
             "sim_speedup": table["pacer"], "sim_speedup_tuned": tuned, "sim_best_fixed": best_fixed,
