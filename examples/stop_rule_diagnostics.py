@@ -110,6 +110,10 @@ def main() -> None:
                                        do_sample=False)
             ar_per_token.append((time.perf_counter() - start) / (out.shape[1] - x.shape[1]))
     (_, per_round, per_token), *_ = np.linalg.lstsq(np.asarray(rows), np.asarray(seconds), rcond=None)
+    if per_round <= 0 or per_token <= 0:
+        raise SystemExit(f"The fitted round line ({1e3 * per_round:.2f} ms + {1e3 * per_token:.2f} ms per drafted token) "
+                         "is not a cost: the calls are too short or too few to separate setup from rounds. Rerun "
+                         "with more --prompts or --max-new-tokens (the docs' figures: --prompts 8, 64 tokens).")
     step, scorer = float(np.median(ar_per_token)), float(np.median(scorer_per_token))
     print(f"a round: {1e3 * per_round:.2f} ms + {1e3 * per_token:.2f} ms per drafted token (fixed γ = 1..4 calls); "
           f"plain decoding {1e3 * step:.2f} ms per token; the stopping criterion {1e3 * scorer:.2f} ms per drafted token")
