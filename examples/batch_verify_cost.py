@@ -18,6 +18,7 @@ import time
 import torch
 from transformers import DynamicCache
 
+from pacer_hf._hf_compat import CACHE_KWARG
 from pacer_hf.pairs import load_pair
 
 
@@ -32,10 +33,10 @@ def forward_ms(model, batch: int, width: int, context: int, repeats: int) -> flo
     times = []
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
-        model(prefix, past_key_values=cache, use_cache=True)
+        model(prefix, use_cache=True, **{CACHE_KWARG: cache})
         for _ in range(repeats + 2):  # two untimed warm-ups
             start = time.perf_counter()
-            model(new, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+            model(new, attention_mask=mask, position_ids=positions, use_cache=True, **{CACHE_KWARG: cache},
                   logits_to_keep=width)
             times.append(time.perf_counter() - start)
             cache.crop(-width)

@@ -19,6 +19,8 @@ import time
 import torch
 import transformers
 
+from pacer_hf._hf_compat import CACHE_KWARG, output_cache
+
 MODEL = "hub_cards/demo-target"
 
 
@@ -31,11 +33,11 @@ def load(path: str = MODEL):
 @torch.no_grad()
 def loop(model, steps: int = 150) -> float:
     torch.set_num_threads(1)
-    cache = model(torch.arange(64)[None], use_cache=True).past_key_values
+    cache = output_cache(model(torch.arange(64)[None], use_cache=True))
     tok = torch.tensor([[5]])
     t = time.perf_counter()
     for _ in range(steps):
-        cache = model(input_ids=tok, past_key_values=cache, use_cache=True, logits_to_keep=1).past_key_values
+        cache = output_cache(model(input_ids=tok, use_cache=True, logits_to_keep=1, **{CACHE_KWARG: cache}))
     return time.perf_counter() - t
 
 def worker(path: str, steps: int, queue) -> None:

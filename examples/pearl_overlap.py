@@ -36,6 +36,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import pacer_hf
 from pacer_hf import PearlConfig
+from pacer_hf._hf_compat import CACHE_KWARG, output_cache
 from pacer_hf.strategies import StrategyConfig
 from pacer_hf.strategies.pearl import measure_gamma
 
@@ -85,11 +86,11 @@ def demo_pair(folder: Path):
 def _forward_loop(model, steps: int, tokens: int, seconds: list[float], threads: int | None = None) -> None:
     if threads is not None:
         torch.set_num_threads(threads)
-    cache = model(torch.arange(32)[None], use_cache=True).past_key_values
+    cache = output_cache(model(torch.arange(32)[None], use_cache=True))
     step = torch.arange(tokens)[None]
     start = time.perf_counter()
     for _ in range(steps):
-        model(step, past_key_values=cache, use_cache=True)
+        model(step, use_cache=True, **{CACHE_KWARG: cache})
         cache.crop(32 - cache.get_seq_length())
     seconds.append(time.perf_counter() - start)
 

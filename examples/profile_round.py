@@ -13,7 +13,7 @@ thread), which stays meaningful on a machine shared with other jobs; `wall` is w
 "Overhead" is the round time minus the time inside draft forwards, the target forward and the
 pre-verifier: Python bookkeeping, logits processing, cache cropping, the verification loop. The
 forwards are timed by wrapping `forward` on these model instances, and the lean draft forward
-(`pacer_hf.lean_draft.LeanDraft.__call__`) counts as a draft forward (in this script only). It is split
+(`pacer_hf.loops.lean_draft.LeanDraft.__call__`) counts as a draft forward (in this script only). It is split
 into `drafting_overhead` (inside the candidate generator's `get_candidates`: the drafting loop's own
 bookkeeping; for hf-fixed, HF's per-round `assistant_model.generate()` setup) and `loop_overhead`
 (everything outside it and outside the target forward: the verification loop, i.e. transformers'
@@ -33,7 +33,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import pacer_hf
 from pacer_hf import PacerPreVerifier
-from pacer_hf.lean_draft import LeanDraft
+from pacer_hf.loops.lean_draft import LeanDraft
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 clock = time.perf_counter
@@ -66,7 +66,7 @@ class DraftingTimer:
     def __init__(self):
         from transformers.generation.candidate_generator import AssistedCandidateGenerator
 
-        from pacer_hf.candidate_generator import PacerCandidateGenerator
+        from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
 
         self.seconds, self.originals = 0.0, {}
         for cls in (AssistedCandidateGenerator, PacerCandidateGenerator):

@@ -14,8 +14,8 @@ from transformers import AutoConfig, AutoModel
 
 from .configuration_lookup_gate import PacerLookupGateConfig
 from .configuration_pacer import PacerConfig
-from .draft_forwards import compile_draft
 from .generation import attach, disable, enable, last_stats, load_preverifier
+from .loops.draft_forwards import compile_draft
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier, draft_features
 from .stats import PacerStats

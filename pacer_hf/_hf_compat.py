@@ -1,21 +1,43 @@
-"""Every contact with transformers' private generation API lives here, behind a version check.
+"""Every contact with transformers' private generation and cache API lives here, behind a version check.
 
 transformers moves these internals between minor releases; pacer_hf is tested against the range
-below and refuses other versions with a clear message instead of misbehaving.
+below (both ends in CI) and refuses other versions with a clear message instead of misbehaving.
+Differences between releases are settled here by capability, never in the loops:
+- 5.24 renamed the models' `past_key_values` argument and output to `cache` (`CACHE_KWARG`);
+- cache layers differ by model family: full attention, sliding window or chunked attention, shared-KV
+  dummies, linear attention. `new_cache`, `crop_cache` and `check_cache_support` are the only code that
+  knows; docs/LEAN_LOOP.md ("When transformers moves") lists what to check on a new release.
 """
 
 from __future__ import annotations
 
 import inspect
+import weakref
 
 import torch
 import transformers
 from packaging.version import Version
-from transformers import DynamicCache, GenerationConfig, GenerationMixin
+from transformers import Cache, DynamicCache, GenerationConfig, GenerationMixin, PretrainedConfig
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+from transformers.generation import GenerateDecoderOnlyOutput
 from transformers.generation.candidate_generator import AssistedCandidateGenerator, CandidateGenerator
 from transformers.generation.utils import _speculative_sampling
 
-SUPPORTED_RANGE = (Version("5.23.0"), Version("5.24.0"))
+SUPPORTED_RANGE = (Version("5.21.0"), Version("5.25.0"))
+# The models' cache argument and output field: `cache` from 5.24 on (`past_key_values` still works there, with a
+# deprecation warning on every call), `past_key_values` before.
+CACHE_KWARG = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
+# A windowed layer keeps this many states past its window, so a rollback that reaches behind the last crop
+# (Ouroboros dropping a trimmed block, a lookup round after a draft round) still finds them.
+ROLLBACK_MARGIN = 64
+# How each cache layer class rolls back, by exact class: a subclass (hybrid linear-attention layers, quantized
+# layers, a model's own layer) may hold state these do not restore, so it is refused, not assumed.
+_ROLLBACK = {
+    "DynamicLayer": "full",
+    "DynamicIndexedLayer": "full",  # DeepSeek's indexer keys: its own crop drops them too
+    "DynamicSlidingWindowLayer": "windowed",  # sliding and chunked attention
+    "DummyLayer": "none",  # shared-KV and attention-free layers hold nothing
+}
 _EXPECTED_SAMPLING_PARAMS = [
     "candidate_input_ids",
     "candidate_logits",
@@ -39,12 +61,16 @@ __all__ = [
     "AssistedCandidateGenerator",
     "CandidateGenerator",
     "DynamicCache",
-    "check_batch_cache",
+    "CACHE_KWARG",
+    "batch_row_cache",
+    "check_cache_support",
     "check_supported",
     "crop_cache",
     "default_candidate_generator",
     "eos_tensor",
     "gather_cache_slots",
+    "new_cache",
+    "output_cache",
     "speculative_sampling",
 ]
 
@@ -103,27 +129,159 @@ def eos_tensor(generation_config: GenerationConfig) -> torch.Tensor | None:
     return getattr(generation_config, "_eos_token_tensor", None)
 
 
-def crop_cache(cache: DynamicCache, length: int, shrink: bool = False) -> None:
-    """Keep the first `length` positions of `cache` (5.23's `crop` takes the count to remove, negated).
+def output_cache(output) -> Cache | None:
+    """The cache a model forward returned (`.cache` from 5.24, `.past_key_values` before)."""
+    return getattr(output, CACHE_KWARG)
 
-    `shrink` calls `crop` even when nothing is removed, as `_assisted_decoding` does for the target:
-    sliding-window and linear-attention layers that record their past then drop back to their working size.
+
+def new_cache(config: PretrainedConfig) -> DynamicCache:
+    """An empty cache for a draft that rolls back: its windowed layers record the states a rollback needs."""
+    cache = DynamicCache(config=config)
+    cache.activate_past_recording()
+    return cache
+
+
+def crop_cache(cache, length: int) -> None:
+    """Keep the first `length` positions of `cache`: the rollback of every loop, for every kind of layer.
+
+    Full-attention layers drop what follows. A windowed layer (sliding or chunked attention), recording since
+    `activate_past_recording`, drops what follows and then keeps its window plus `ROLLBACK_MARGIN` states, so
+    memory stays bounded and the next rollback still finds the states it uncovers. Other caches (the lean
+    draft's `DraftKV`) take `crop(-n)`. Layers that cannot roll back were refused by `check_cache_support`.
     """
-    excess = cache.get_seq_length() - length
-    if excess > 0 or shrink:
-        cache.crop(-max(excess, 0))
+    if not isinstance(cache, Cache):
+        excess = cache.get_seq_length() - length
+        if excess > 0:
+            cache.crop(-excess)
+        return
+    for layer in cache.layers:
+        kind = _ROLLBACK.get(type(layer).__name__)
+        if kind == "windowed":
+            _crop_windowed(layer, length)
+        elif kind == "full":
+            excess = layer.get_seq_length() - length
+            if excess > 0:
+                layer.crop(-excess)
+        elif kind is None:
+            raise RuntimeError(f"pacer_hf cannot roll back a {type(layer).__name__} cache layer; check_cache_support "
+                               "refuses such models before generating.")
 
 
-def check_batch_cache(cache: DynamicCache) -> None:
-    """Batched verification masks and realigns cache slots: only full-attention dynamic layers allow it."""
-    from transformers.cache_utils import DynamicLayer
+def _crop_windowed(layer: DynamicSlidingWindowLayer, length: int) -> None:
+    if layer.keys is None or not layer.is_initialized:
+        return
+    excess = layer.cumulative_length - length
+    held = layer.keys.shape[-2]
+    if excess > 0:
+        if not layer.record_past or held - excess < min(length, layer.sliding_window - 1):
+            raise RuntimeError(
+                f"A sliding-window cache layer cannot roll back {excess} tokens: it holds {held} states of "
+                f"{layer.cumulative_length} (window {layer.sliding_window}, recording {layer.record_past})."
+            )
+        layer.keys, layer.values = layer.keys[..., : held - excess, :], layer.values[..., : held - excess, :]
+        layer.cumulative_length = length
+    keep = layer.sliding_window - 1 + ROLLBACK_MARGIN
+    if layer.keys.shape[-2] > keep:
+        layer.keys, layer.values = layer.keys[..., -keep:, :], layer.values[..., -keep:, :]
 
-    kinds = {type(layer).__name__ for layer in getattr(cache, "layers", [])}
-    if not isinstance(cache, DynamicCache) or any(type(layer) is not DynamicLayer for layer in cache.layers):
+
+def check_cache_support(model, role: str) -> None:
+    """Refuse, before generating, a model pacer_hf cannot verify drafts for exactly.
+
+    Static checks first: a forward without a cache, a recurrent state (refused by transformers' assisted
+    generation too), cache layers with no exact rollback. Then, once per model, dtype and device, a probe:
+    logits of a text fed in chunks through the cache must equal one forward over the whole text
+    (`_chunked_forward_mismatch`), the property every verification relies on; it refuses encoder families
+    left bidirectional and any family whose cached forward is not its plain one.
+    """
+    family = getattr(model.config, "model_type", type(model).__name__)
+    parameters = inspect.signature(model.forward).parameters
+    if not {CACHE_KWARG, "past_key_values"} & set(parameters):
         raise ValueError(
-            f"pacer_hf's batched loop needs a DynamicCache of full-attention layers; this model's cache has {kinds} "
-            "(sliding-window or linear-attention layers cannot mask per-row slots). Call generate once per prompt."
+            f"pacer= cannot use this {role} ({type(model).__name__}, model_type {family!r}): its forward takes no "
+            "cache, so verifying a draft would cost a forward over the whole text. Generate without pacer=."
         )
+    if getattr(model, "_is_stateful", False):
+        raise ValueError(
+            f"pacer= cannot use this {role} ({type(model).__name__}, model_type {family!r}): it keeps a recurrent "
+            "state that cannot be rolled back after a rejected draft token (transformers' assisted generation "
+            "refuses it too). Generate without pacer= for this model."
+        )
+    config = model.config.get_text_config(decoder=True)
+    try:
+        layers = DynamicCache(config=config).layers
+    except Exception as error:  # a config transformers' DynamicCache cannot lay out
+        raise ValueError(f"pacer= cannot lay out a cache for this {role} (model_type {family!r}): {error}") from error
+    unknown = sorted({type(layer).__name__ for layer in layers if type(layer).__name__ not in _ROLLBACK})
+    if unknown:
+        raise ValueError(
+            f"pacer= cannot use this {role} (model_type {family!r}): its cache has {unknown} layers, which pacer_hf "
+            "cannot roll back exactly after a rejected draft token. Generate without pacer= for this model."
+        )
+    checked = _PROBED.setdefault(model, {})
+    key = (next(model.parameters()).dtype, model.device)
+    if key not in checked:
+        checked[key] = _chunked_forward_mismatch(model)
+    if checked[key]:
+        hint = (" (config.is_decoder is False: an encoder family attends both ways unless loaded with "
+                "is_decoder=True)" if getattr(model.config, "is_decoder", None) is False else "")
+        raise ValueError(
+            f"pacer= cannot use this {role} ({type(model).__name__}, model_type {family!r}): {checked[key]}{hint}, "
+            "so a draft verified in one forward would not get the logits plain decoding gives. Generate without "
+            "pacer= for this model."
+        )
+
+
+_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(dtype, device): mismatch or None}
+_PROBE_TOLERANCE = {torch.float64: 1e-4, torch.float32: 1e-4}  # relative to the largest logit; 16-bit: 3e-2
+# (not 1e-9 in float64: some families keep rotary or ALiBi tables in float32; a structural mismatch is O(1))
+
+
+@torch.no_grad()
+def _chunked_forward_mismatch(model) -> str | None:
+    """Why logits differ between one forward over a probe text and the same text fed through a cache in
+    chunks (8 tokens, then 1, then 3), or None when they agree at every chunk's last position."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    probe = ((torch.arange(12) * 7919 + 13) % vocab)[None].to(model.device)
+    try:
+        whole = model(input_ids=probe, use_cache=False).logits[0].float()
+        cache = None  # the model's own cache, as its first forward makes it
+        for start, end in ((0, 8), (8, 9), (9, 12)):
+            out = model(input_ids=probe[:, start:end], use_cache=True, **({CACHE_KWARG: cache} if cache else {}))
+            cache, chunk = output_cache(out), out.logits[0, -1].float()
+            tolerance = _PROBE_TOLERANCE.get(next(model.parameters()).dtype, 3e-2) * (1 + whole.abs().max().item())
+            if not torch.allclose(chunk, whole[end - 1], rtol=0, atol=tolerance):
+                error = (chunk - whole[end - 1]).abs().max().item()
+                return f"its logits through the cache differ from a forward over the whole text by {error:.3g}"
+    except Exception as error:  # noqa: BLE001  (any failure of the probe is a reason to refuse, named)
+        return f"a forward through the cache failed ({type(error).__name__}: {str(error)[:200]})"
+    return None
+
+
+def batch_row_cache(model, cache: Cache | None) -> tuple[DynamicCache, bool]:
+    """The cache the batched loop runs `model` on, and whether each row's tokens must stay contiguous in it.
+
+    The loop masks and realigns per-row slots, so every layer must hold every slot: full-attention layers as
+    they are; sliding-window layers become full layers whose window the model's mask applies (in slot space,
+    as batched `generate` does, hence contiguous rows). Other layers cannot mask per-row slots.
+    """
+    config = model.config.get_text_config(decoder=True)
+    if cache is None:
+        cache = DynamicCache(config=config)
+    kinds = sorted({type(layer).__name__ for layer in getattr(cache, "layers", [])})
+    chunked = "chunked_attention" in (getattr(config, "layer_types", None) or ()) or getattr(
+        config, "attention_chunk_size", None) is not None
+    if type(cache) is not DynamicCache or chunked or set(kinds) - {"DynamicLayer", "DynamicSlidingWindowLayer"}:
+        what = "chunked attention" if chunked else f"{kinds} cache layers"
+        raise ValueError(
+            f"pacer_hf's batched loop cannot run this model ({type(model).__name__}): its {what} cannot mask "
+            "per-row cache slots. Call generate once per prompt."
+        )
+    windowed = "DynamicSlidingWindowLayer" in kinds
+    if windowed:
+        cache.layers = [DynamicLayer() if isinstance(layer, DynamicSlidingWindowLayer) else layer
+                        for layer in cache.layers]
+    return cache, windowed
 
 
 def gather_cache_slots(cache: DynamicCache, index: torch.Tensor) -> None:

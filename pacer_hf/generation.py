@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
-from ._hf_compat import check_supported, default_candidate_generator
-from .batch_cache import check_batch_memory
-from .batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
-from .draft_forwards import DRAFT_FORWARDS
-from .lean_loop import lean_assisted_decoding
+from ._hf_compat import batch_row_cache, check_cache_support, check_supported, default_candidate_generator
+from .loops.batch_cache import check_batch_memory
+from .loops.batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
+from .loops.draft_forwards import DRAFT_FORWARDS
+from .loops.lean_loop import lean_assisted_decoding
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
 from .stats import PacerStats
@@ -353,9 +353,14 @@ def _check_pair(model: PreTrainedModel, draft: PreTrainedModel) -> None:
     check_vocabularies(model, draft, "assistant_model must share the target's tokenizer and vocabulary for pacer=.")
     if model.config.is_encoder_decoder or draft.config.is_encoder_decoder:
         raise ValueError("pacer= supports decoder-only models; use plain assisted generation for encoder-decoders.")
+    check_cache_support(draft, "draft (assistant_model)")
 
 
 def _check_inputs(model: PreTrainedModel, args: tuple, kwargs: dict) -> None:
+    if _generation_value(model, kwargs, "use_cache") is False:
+        raise ValueError("pacer= verifies drafts against the target's cache: pass use_cache=True (this call or the "
+                         "model's generation_config has use_cache=False).")
+    check_cache_support(model, "target")
     input_ids = _input_ids(args, kwargs)
     beams = _generation_value(model, kwargs, "num_beams") or 1
     if beams > 1:
@@ -399,6 +404,9 @@ def _check_batch(model: PreTrainedModel, call: StrategyCall, loop: str, kwargs: 
     if loop != "lean":
         raise ValueError(f"pacer_loop={loop!r} (transformers' assisted generation) supports batch size 1; got {size} "
                          "prompts. Leave pacer_loop at 'lean' for batches.")
+    for member in (model, kwargs.get("assistant_model")):  # layers that cannot mask per-row slots
+        if member is not None:
+            batch_row_cache(member, None)
     for name in ("streamer", "synced_gpus", "output_attentions", "output_hidden_states"):
         if _generation_value(model, kwargs, name):
             raise ValueError(f"pacer_hf's batched loop does not support {name}; call generate once per prompt "

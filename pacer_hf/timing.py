@@ -9,8 +9,8 @@ from collections.abc import Callable
 import torch
 from transformers import PreTrainedModel
 
-from ._hf_compat import crop_cache
-from .lean_draft import LeanDraft
+from ._hf_compat import CACHE_KWARG, crop_cache, new_cache
+from .loops.lean_draft import LeanDraft
 from .modeling_pacer import PacerPreVerifier
 
 
@@ -26,8 +26,9 @@ def cached_forward_timer(
     prefix = torch.randint(0, vocab, (1, context), generator=generator).to(model.device)
     tokens = torch.randint(0, vocab, (1, width), generator=generator).to(model.device)
     extra = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
-    cache = model(input_ids=prefix, use_cache=True).past_key_values
-    return _cropping_timer(lambda: model(input_ids=tokens, past_key_values=cache, use_cache=True, **extra),
+    cache = new_cache(model.config)  # recording: a windowed layer rolls back past its window too
+    model(input_ids=prefix, use_cache=True, **{CACHE_KWARG: cache})
+    return _cropping_timer(lambda: model(input_ids=tokens, use_cache=True, **{CACHE_KWARG: cache}, **extra),
                            cache, context, model.device)
 
 
@@ -55,7 +56,7 @@ def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedMode
 
     Scoring is per token whatever the block size (the CPU scorer adds one token at a time), so the cost model
     charges it per drafted token."""
-    from .candidate_generator import PacerStoppingCriteria
+    from .loops.candidate_generator import PacerStoppingCriteria
     from .stats import PacerStats
 
     config = preverifier.config.to_dict()

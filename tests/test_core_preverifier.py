@@ -163,7 +163,7 @@ def test_round_scorer_only_on_cpu():
 def test_stopping_criteria_decisions_equal_deciding_on_the_full_rerun(pair, scorer):
     """In generate, every block decision equals decide() on a full re-run over the round so far, whether the
     round is scored by the numpy scorer (CPU) or by the torch forward block by block (other devices)."""
-    from pacer_hf.candidate_generator import PacerStoppingCriteria
+    from pacer_hf.loops.candidate_generator import PacerStoppingCriteria
     from pacer_hf.stats import PacerStats
 
     target, draft = pair("llama", "noisy")
@@ -236,7 +236,7 @@ def test_calibration_prefers_the_cost_aware_rule_within_the_margin():
 
 def test_stopping_criteria_call_form_matches_add_token(pair):
     """The StoppingCriteria form (`draft_hidden=` kwarg) decides as add_token does."""
-    from pacer_hf.candidate_generator import PacerStoppingCriteria
+    from pacer_hf.loops.candidate_generator import PacerStoppingCriteria
     from pacer_hf.stats import PacerStats
 
     _, draft = pair("llama", "noisy")

@@ -19,7 +19,8 @@ from transformers import (
 )
 
 import pacer_hf
-from pacer_hf.lean_draft import LeanDraft, unsupported_reason
+from pacer_hf._hf_compat import CACHE_KWARG
+from pacer_hf.loops.lean_draft import LeanDraft, unsupported_reason
 
 SMALL = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "initializer_range": 0.3,
@@ -55,7 +56,7 @@ def _reference(model, chunks):
     try:
         with torch.no_grad():
             for chunk in chunks:
-                out.append(model(input_ids=chunk, past_key_values=cache, use_cache=True).logits[:, -1])
+                out.append(model(input_ids=chunk, use_cache=True, **{CACHE_KWARG: cache}).logits[:, -1])
     finally:
         hook.remove()
     return out, captured

@@ -22,7 +22,8 @@ from transformers.generation import BaseStreamer
 
 import pacer_hf
 from pacer_hf import generation
-from pacer_hf.candidate_generator import PacerCandidateGenerator
+from pacer_hf._hf_compat import output_cache
+from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
 from pacer_hf.stats import PacerStats
 from pacer_hf.strategies import STRATEGY_TYPES, SpeculativeConfig, StrategyCall, register_strategy
 
@@ -215,8 +216,8 @@ def test_dict_output_scores_and_logits(pair, strategy):
         assert torch.equal(got, hf)
         torch.testing.assert_close(got, want)
     assert not torch.equal(out.scores[3], out.logits[3]), "the processor must have changed the scores"
-    assert out.past_key_values.get_seq_length() == reference.past_key_values.get_seq_length()
-    assert out.past_key_values.get_seq_length() == out.sequences.shape[1] - 1
+    assert output_cache(out).get_seq_length() == output_cache(reference).get_seq_length()
+    assert output_cache(out).get_seq_length() == out.sequences.shape[1] - 1
 
 
 class _Recorder(BaseStreamer):

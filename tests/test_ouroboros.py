@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pacer_hf
-from pacer_hf.lean_draft import DraftKV
+from pacer_hf._hf_compat import output_cache
+from pacer_hf.loops.lean_draft import DraftKV
 from pacer_hf.strategies import ouroboros
 from pacer_hf.strategies.ouroboros import OuroborosConfig, OuroborosStats, PhrasePool
 
@@ -170,7 +171,7 @@ class _AuditedGenerator(ouroboros.OuroborosCandidateGenerator):
     def get_candidates(self, input_ids, **kwargs):
         if self.cache.get_seq_length():
             keep = min(self.cache.get_seq_length(), input_ids.shape[1] - 1)
-            fresh = self.draft(input_ids[:, :keep], use_cache=True).past_key_values
+            fresh = output_cache(self.draft(input_ids[:, :keep], use_cache=True))
             kept_layers = (zip(self.cache.keys, self.cache.values) if isinstance(self.cache, DraftKV)  # lean forward
                            else ((layer.keys, layer.values) for layer in self.cache.layers))
             for (keys, values), want in zip(kept_layers, fresh.layers, strict=True):

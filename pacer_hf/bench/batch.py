@@ -21,7 +21,7 @@ from transformers import PreTrainedModel
 
 import pacer_hf
 
-from ..batch_cache import left_padded
+from ..loops.batch_cache import left_padded
 from ..strategies.ouroboros import reset_phrase_pool
 from .runner import BenchmarkMismatch, machine_info
 

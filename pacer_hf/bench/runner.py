@@ -28,6 +28,7 @@ from transformers import PreTrainedModel
 
 import pacer_hf
 
+from .._hf_compat import CACHE_KWARG
 from ..modeling_pacer import PacerPreVerifier
 from ..strategies import OuroborosConfig, strategy_config
 from ..strategies.ouroboros.pool import POOLS_ATTRIBUTE
@@ -138,7 +139,7 @@ class ForwardCounter:
 
     def _target(self, module, args, kwargs) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
-        cache = kwargs.get("past_key_values")
+        cache = kwargs.get(CACHE_KWARG)
         cached = int(cache.get_seq_length()) if cache is not None else 0
         self.target_calls.append((cached, int(ids.shape[1]) if ids is not None else 0))
 

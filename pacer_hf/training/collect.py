@@ -31,6 +31,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from .._hf_compat import CACHE_KWARG, output_cache
 from ..modeling_pacer import draft_features, draft_signature
 from .common import check_pair, cli_errors, load_causal_lm, load_tokenizer, model_name
 from .sources import load_texts
@@ -114,9 +115,9 @@ def greedy_continuations(model: PreTrainedModel, prefixes: list[list[int]], step
     keep = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
     cache, step_ids, step_pos, step_mask, out_tokens = None, ids, positions, mask, []
     for step in range(steps):
-        out = model(input_ids=step_ids, attention_mask=step_mask, position_ids=step_pos, past_key_values=cache,
-                    use_cache=True, **keep)
-        cache = out.past_key_values
+        out = model(input_ids=step_ids, attention_mask=step_mask, position_ids=step_pos, use_cache=True,
+                    **{CACHE_KWARG: cache}, **keep)
+        cache = output_cache(out)
         token = out.logits[:, -1, :].argmax(-1, keepdim=True)
         out_tokens.append(token[:, 0])
         step_ids, step_pos = token, positions[:, -1:] + step + 1
@@ -153,8 +154,8 @@ def propose_and_label(
     try:
         for step in range(steps):
             out = draft(input_ids=step_ids, attention_mask=step_mask, position_ids=step_pos,
-                        past_key_values=cache, use_cache=True, **keep)
-            cache = out.past_key_values
+                        use_cache=True, **{CACHE_KWARG: cache}, **keep)
+            cache = output_cache(out)
             logits = out.logits[:, -1, :].float()
             if temperature > 0:
                 probs = torch.softmax(logits / temperature, dim=-1)

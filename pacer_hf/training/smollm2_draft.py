@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from ..batch_cache import left_padded
+from ..loops.batch_cache import left_padded
 from .smollm2_draft_train import read_records
 
 RESPONSES = "responses.jsonl"

@@ -69,15 +69,15 @@ def draft_logp(draft, ids, positions, lead: int):
     """Log-probs of the positions after the first `lead` tokens; those are run without gradient into a
     KV cache (a third of their cost: the context still shapes attention, only their own K/V get no
     gradient)."""
-    from transformers import DynamicCache
+    from .._hf_compat import CACHE_KWARG, new_cache
 
-    cache = DynamicCache(config=draft.config)
+    cache = new_cache(draft.config)
     if lead:
         with torch.no_grad():
-            draft.model(input_ids=ids[:, :lead], position_ids=positions[:, :lead], past_key_values=cache,
-                        use_cache=True)
-    hidden = draft.model(input_ids=ids[:, lead:], position_ids=positions[:, lead:], past_key_values=cache,
-                         use_cache=True).last_hidden_state[0]
+            draft.model(input_ids=ids[:, :lead], position_ids=positions[:, :lead], use_cache=True,
+                        **{CACHE_KWARG: cache})
+    hidden = draft.model(input_ids=ids[:, lead:], position_ids=positions[:, lead:], use_cache=True,
+                         **{CACHE_KWARG: cache}).last_hidden_state[0]
     return F.linear(hidden, draft.lm_head.weight).float().log_softmax(-1)
 
 

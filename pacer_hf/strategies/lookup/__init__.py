@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
+from ...loops.candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 from .generator import LookupCandidateGenerator, LookupStats
 

@@ -9,7 +9,7 @@ import torch
 from transformers import GenerationConfig
 
 from ..._hf_compat import CandidateGenerator
-from ...candidate_generator import PacerCandidateGenerator
+from ...loops.candidate_generator import PacerCandidateGenerator
 from ...modeling_lookup_gate import PacerLookupGate, find_lookup, lookup_features
 from ...stats import PacerStats
 

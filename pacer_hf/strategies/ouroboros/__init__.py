@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...batch_loop import BatchPlan
-from ...candidate_generator import PacerStoppingCriteria
+from ...loops.batch_loop import BatchPlan
+from ...loops.candidate_generator import PacerStoppingCriteria
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 from .generator import BatchPhrases, OuroborosCandidateGenerator, OuroborosStats
 from .pool import PhrasePool, phrase_pool, pool_for, reset_phrase_pool

@@ -18,7 +18,7 @@ import weakref
 import torch
 from transformers import PreTrainedModel
 
-from ...candidate_generator import PacerStoppingCriteria
+from ...loops.candidate_generator import PacerStoppingCriteria
 from ...timing import cached_forward_timer
 from ..registry import STRATEGIES, StrategyCall, StrategyContext, register_strategy
 from .config import PearlConfig, PearlStats

@@ -27,7 +27,7 @@ import time
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel
 
-from ...candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
+from ...loops.candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
 from .config import PearlConfig, PearlStats
 from .workers import Job, make_worker
 

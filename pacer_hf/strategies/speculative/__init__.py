@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...batch_loop import BatchPlan
-from ...candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
+from ...loops.batch_loop import BatchPlan
+from ...loops.candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
 from ...stats import PacerStats
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 

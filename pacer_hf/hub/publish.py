@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._paths import hub_cards_dir
+from .._paths import hub_cards_dir
+from ..modeling_pacer import PacerPreVerifier
 from .custom_generate_code import write_custom_generate_code
-from .modeling_pacer import PacerPreVerifier
 
 if TYPE_CHECKING:
     from huggingface_hub import CommitInfo
@@ -351,7 +351,7 @@ def build_custom_generate_repo(out_dir: str | Path, *, repo_id: str | None = Non
     """Write the `custom_generate` repo (README.md + custom_generate/) into `out_dir`, from this package."""
     from huggingface_hub import ModelCard, ModelCardData
 
-    from . import __version__
+    from .. import __version__
 
     out_dir = Path(out_dir)
     write_custom_generate_code(out_dir / "custom_generate")

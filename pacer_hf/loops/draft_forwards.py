@@ -14,10 +14,10 @@ import inspect
 from collections.abc import Callable
 
 import torch
-from transformers import DynamicCache
 
+from .._hf_compat import CACHE_KWARG, new_cache, output_cache
+from ..stats import PacerStats
 from .lean_draft import LeanDraft
-from .stats import PacerStats
 
 DraftForward = Callable[[torch.Tensor, object], tuple[torch.Tensor, torch.Tensor]]
 DRAFT_FORWARDS = ("auto", "lean", "model")
@@ -36,7 +36,7 @@ def choose_draft_forward(draft, draft_forward: str, max_length: int, stats: Pace
         if draft_forward == "lean":
             raise ValueError(f"pacer_draft_forward='lean' cannot run this draft: {reason}. "
                              "Pass pacer_draft_forward='model' (or 'auto') to use the draft's own forward.")
-    cache = DynamicCache(config=draft.config)
+    cache = new_cache(draft.config)
     if decode_step is not None:
         stats.draft_forward = "compiled"
         return _compiled_forward(draft, decode_step), cache
@@ -58,7 +58,7 @@ def _model_forward(draft) -> DraftForward:
         captured.clear()
         handle = lm_head.register_forward_pre_hook(capture)
         try:
-            logits = draft(input_ids=pending, past_key_values=cache, **kwargs).logits[:, -1, :]
+            logits = draft(input_ids=pending, **{CACHE_KWARG: cache}, **kwargs).logits[:, -1, :]
         finally:
             handle.remove()
         return captured[-1], logits
@@ -73,7 +73,7 @@ def _compiled_forward(draft, decode_step) -> DraftForward:
     def forward(pending: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
         if pending.shape[1] != 1 or cache.get_seq_length() == 0:  # prefill and multi-token steps stay eager
             return eager(pending, cache)
-        hidden = decode_step(input_ids=pending, past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
+        hidden = decode_step(input_ids=pending, use_cache=True, **{CACHE_KWARG: cache}).last_hidden_state[:, -1]
         return hidden, lm_head(hidden)
 
     return forward
@@ -102,7 +102,7 @@ def compile_draft(draft_model, warmup: bool = True):
     draft_model.__dict__["_pacer_decode_step"] = torch.compile(decoder, dynamic=True)
     if warmup:
         with torch.no_grad():
-            cache = decoder(input_ids=probe, use_cache=True).past_key_values
+            cache = output_cache(decoder(input_ids=probe, use_cache=True))
             for token in range(2):  # two lengths, so the dynamic-shape graph is the one compiled
-                draft_model._pacer_decode_step(input_ids=probe[:, :1] + token, past_key_values=cache, use_cache=True)
+                draft_model._pacer_decode_step(input_ids=probe[:, :1] + token, use_cache=True, **{CACHE_KWARG: cache})
     return draft_model

@@ -19,7 +19,8 @@ import weakref
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
+
+from .._hf_compat import CACHE_KWARG, new_cache
 
 # pacer_draft_forward=: "auto" (lean when the draft qualifies), "lean" (or raise), "model" (its forward).
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
@@ -186,11 +187,11 @@ class LeanDraft:
         """Compare with the draft's forward on a probe (prefill, one token, two tokens after a cache)."""
         vocab = self.embed.shape[0]
         probe = (torch.arange(11, device=self.device) * 7919 + 13) % vocab
-        kv, cache = self.new_cache(4), DynamicCache(config=draft.config)
+        kv, cache = self.new_cache(4), new_cache(draft.config)
         with torch.no_grad():
             for chunk in (probe[:6], probe[6:7], probe[7:9], probe[9:11]):
                 _, mine = self(chunk[None], kv)
-                theirs = draft(input_ids=chunk[None], past_key_values=cache, use_cache=True).logits[:, -1]
+                theirs = draft(input_ids=chunk[None], use_cache=True, **{CACHE_KWARG: cache}).logits[:, -1]
                 tolerance = _TOLERANCE.get(self.dtype, 3e-2) * (1 + theirs.abs().max().item())
                 if not torch.allclose(mine.float(), theirs.float(), rtol=0, atol=tolerance):
                     error = (mine.float() - theirs.float()).abs().max().item()

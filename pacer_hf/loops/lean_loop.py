@@ -27,7 +27,8 @@ from transformers.generation import (
     StoppingCriteriaList,
 )
 
-from ._hf_compat import (
+from .._hf_compat import (
+    CACHE_KWARG,
     CandidateGenerator,
     crop_cache,
     default_candidate_generator,
@@ -36,7 +37,7 @@ from ._hf_compat import (
 )
 
 FALLBACK = "pass pacer_loop='transformers' to verify in transformers' own loop"
-_KNOWN_KWARGS = {"past_key_values", "use_cache", "logits_to_keep", "attention_mask", "position_ids"}
+_KNOWN_KWARGS = {CACHE_KWARG, "use_cache", "logits_to_keep", "attention_mask", "position_ids"}
 _STATIC_CACHES = ("static", "hybrid", "sliding_window")  # refused by _assisted_decoding too
 
 
@@ -73,7 +74,7 @@ def lean_assisted_decoding(
     scores, raw_logits = (() if keep_scores else None), (() if keep_logits else None)
     eos = eos_tensor(config)
     eos_ids = set() if eos is None else set(eos.flatten().tolist())
-    forward_kwargs = {"past_key_values": cache, "use_cache": True}
+    forward_kwargs = {CACHE_KWARG: cache, "use_cache": True}
     cache.activate_past_recording()  # windowed / linear-attention layers must be able to roll back
     while True:
         cur_len = input_ids.shape[1]
@@ -97,7 +98,7 @@ def lean_assisted_decoding(
         if streamer is not None:
             streamer.put(valid.cpu())
         # The cache keeps the accepted tokens; the bonus token is fed with the next round's candidates.
-        crop_cache(cache, input_ids.shape[1] - 1, shrink=True)
+        crop_cache(cache, input_ids.shape[1] - 1)
         generator.update_candidate_strategy(input_ids, new_logits, n)
         if keep_scores:
             scores += tuple(new_logits[:, i, :] for i in range(n + 1))
@@ -109,7 +110,7 @@ def lean_assisted_decoding(
         streamer.end()
     if config.return_dict_in_generate:
         return GenerateDecoderOnlyOutput(
-            sequences=input_ids, scores=scores, logits=raw_logits, past_key_values=cache
+            sequences=input_ids, scores=scores, logits=raw_logits, **{CACHE_KWARG: cache}
         )
     return input_ids
 
@@ -192,14 +193,14 @@ def _check(
         raise ValueError(
             f"pacer_hf's lean verification loop does not support custom position_ids; {FALLBACK}."
         )
-    cache = model_kwargs.get("past_key_values")
+    cache = model_kwargs.get(CACHE_KWARG)
     if not model_kwargs.get("use_cache") or cache is None:
         raise ValueError("assisted generate requires `use_cache=True`")
     if isinstance(cache, StaticCache) or config.cache_implementation in _STATIC_CACHES:
         raise ValueError("assisted generate is not supported with Static cache classes")
     if cache.get_seq_length() >= input_ids.shape[1]:
         raise ValueError(
-            "past_key_values already holds the whole prompt; pass a cache of at most the prompt minus "
+            f"{CACHE_KWARG} already holds the whole prompt; pass a cache of at most the prompt minus "
             "its last token."
         )
     return cache

@@ -30,11 +30,11 @@ from transformers import (
 )
 from transformers.generation import GenerateDecoderOnlyOutput
 
-from ._hf_compat import check_batch_cache, eos_tensor
-from .batch_cache import RowCache, draft_row_cache, right_aligned
+from .._hf_compat import CACHE_KWARG, eos_tensor
+from ..modeling_pacer import PacerPreVerifier, draft_features
+from ..stats import PacerStats
+from .batch_cache import RowCache, draft_row_cache
 from .lean_loop import accept_step, process_positions
-from .modeling_pacer import PacerPreVerifier, draft_features
-from .stats import PacerStats
 
 BATCH_CACHES = ("mask", "compact")  # pacer_batch_cache=: mask rejected slots, or also realign rows every round
 BATCH_STOPS = ("batch", "row")  # pacer_batch_stop=: the rows stop together (measured faster), or each by its own
@@ -219,8 +219,8 @@ def _draft_round(plan: BatchPlan, draft_cache: RowCache, rows: list[_Row], budge
     if not any(drafting):  # the draft catches up next round
         return drafted, qs
     held = draft_cache.held()
-    tokens, positions = right_aligned([row.ids[row.pad + h:] for row, h in zip(rows, held)], held, device)
-    logits, hidden = draft_cache.forward(tokens, positions, 1, hidden=True)
+    tokens, positions, last = draft_cache.lay_out([row.ids[row.pad + h:] for row, h in zip(rows, held)], held, device)
+    logits, hidden = draft_cache.forward(tokens, positions, 1, hidden=True, last=last)
     if stopper is not None:
         stopper.start()
     forwards = 1
@@ -282,8 +282,7 @@ def batched_assisted_decoding(
     stats = plan.stats
     mask = model_kwargs.get("attention_mask")  # generate drops a mask of all ones
     pads = [0] * input_ids.shape[0] if mask is None else (mask == 0).sum(1).tolist()
-    target_cache = RowCache(model, model_kwargs["past_key_values"], len(pads), device)
-    check_batch_cache(target_cache.cache)
+    target_cache = RowCache.for_model(model, model_kwargs[CACHE_KWARG], len(pads), device)
     eos = eos_tensor(config)
     eos_ids = set() if eos is None else set(eos.flatten().tolist())
     pad_id = getattr(config, "_pad_token_tensor", None)
@@ -305,12 +304,12 @@ def batched_assisted_decoding(
         if plan.phrases is not None:
             _extend(plan.phrases, active, drafted, qs, max_new, eos_ids, config, model)
         held = target_cache.held()
-        # right-aligned, so the first round's block is the left-padded prompt plus each row's drafts
+        # right-aligned (but for windowed models), so the first round's block is the left-padded prompt plus drafts
         blocks = [row.ids[row.pad + h:] + d for row, h, d in zip(active, held, drafted)]
-        tokens, positions = right_aligned(blocks, held, device)
+        tokens, positions, last = target_cache.lay_out(blocks, held, device)
         width = max(len(d) for d in drafted) + 1
         start = time.perf_counter()
-        logits = target_cache.forward(tokens, positions, width).to(torch.float32)
+        logits = target_cache.forward(tokens, positions, width, last=last).to(torch.float32)
         if stats.target_forwards > 0:  # the first round also reads the prompts
             clock.verify(len(active) * width, time.perf_counter() - start)
         stats.target_forwards += 1
@@ -398,7 +397,7 @@ def _output(rows: list[_Row], config: GenerationConfig, pad_id: int, stats: Pace
         sequences=sequences,
         scores=_per_step(rows, steps, pad_id, "scores") if keep_scores else None,
         logits=_per_step(rows, steps, pad_id, "raw") if keep_logits else None,
-        past_key_values=cache,
+        **{CACHE_KWARG: cache},
     )
 
 

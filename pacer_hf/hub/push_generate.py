@@ -1,7 +1,7 @@
 """Publish the pacer `custom_generate` repo, so `generate(custom_generate=<repo>, trust_remote_code=True)` runs pacer_hf.
 
 The repo is generated from this installed pacer_hf (custom_generate/generate.py from
-pacer_hf/hub_generate.py, the modules it imports copied next to it, requirements.txt and a
+pacer_hf/hub/hub_generate.py, the modules it imports copied next to it, requirements.txt and a
 README.md from hub_cards/). Use --output-dir to build it locally without uploading.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .hub import build_custom_generate_repo, push_custom_generate
+from .publish import build_custom_generate_repo, push_custom_generate
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

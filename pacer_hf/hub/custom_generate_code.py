@@ -13,9 +13,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ._paths import PACKAGE_DIR, hub_cards_dir
+from .._paths import PACKAGE_DIR, hub_cards_dir
 
-ENTRY = "hub_generate"  # pacer_hf module shipped as custom_generate/generate.py
+ENTRY = "hub.hub_generate"  # pacer_hf module shipped as custom_generate/generate.py
 REQUIREMENTS = hub_cards_dir() / "custom-generate" / "custom_generate" / "requirements.txt"
 
 
@@ -40,7 +40,7 @@ def _imports(module: str) -> list[tuple[ast.ImportFrom, str]]:
         base = package[: len(package) - node.level + 1]
         if node.module is None or len(base) < len(package) - node.level + 1:
             raise RuntimeError(f"pacer_hf/{path.relative_to(PACKAGE_DIR)}:{node.lineno}: write relative imports as "
-                               "`from .module import name` (transformers' loader fetches no other form).")
+                               "`from ..module import name` (transformers' loader fetches no other form).")
         target = ".".join([*base, node.module])
         if not _source(target).is_file():
             raise RuntimeError(f"pacer_hf/{path.relative_to(PACKAGE_DIR)}:{node.lineno} imports {target}, which is "

@@ -12,43 +12,82 @@ from __future__ import annotations
 import os
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
-from ._hf_compat import gather_cache_slots
+from .._hf_compat import CACHE_KWARG, batch_row_cache, gather_cache_slots
+from ..stats import PacerStats
 from .lean_draft import LeanDraft
-from .stats import PacerStats
 
 
 class RowCache:
     """A transformers cache shared by rows of different lengths. `positions[b, s]` is the position of
-    row b's token in slot s, or -1 for a masked slot (padding, a rejected token, a row's filler)."""
+    row b's token in slot s, or -1 for a masked slot (padding, a rejected token, a row's filler).
 
-    def __init__(self, model: PreTrainedModel, cache, batch: int, device):
-        self.model, self.cache = model, cache
+    Sliding-window models (`contiguous`): the model's mask measures its window in slots, as batched `generate`
+    does over a left-padded batch, so each row's tokens stay contiguous: blocks are padded on the right and
+    rows are realigned every round (`batch_row_cache` gives such models full layers, windowed by the mask).
+    """
+
+    def __init__(self, model: PreTrainedModel, cache, batch: int, device, contiguous: bool = False):
+        self.model, self.cache, self.contiguous = model, cache, contiguous
         self.positions = torch.empty((batch, 0), dtype=torch.long, device=device)
+
+    @classmethod
+    def for_model(cls, model: PreTrainedModel, cache, batch: int, device) -> RowCache:
+        """The RowCache for `model` over `cache` (None: a new one), laid out as its attention needs."""
+        cache, windowed = batch_row_cache(model, cache)
+        return cls(model, cache, batch, device, contiguous=windowed)
+
+    def lay_out(self, blocks: list[list[int]], starts: list[int], device) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                  torch.Tensor | None]:
+        """Tokens, positions and each row's last column (None: the last column for every row) for per-row
+        blocks of different lengths, whose first tokens have positions `starts`."""
+        if not self.contiguous:
+            return (*right_aligned(blocks, starts, device), None)
+        width = max(len(block) for block in blocks)
+        tokens = torch.zeros((len(blocks), width), dtype=torch.long)
+        positions = torch.full((len(blocks), width), -1, dtype=torch.long)
+        for b, (block, start) in enumerate(zip(blocks, starts)):
+            tokens[b, : len(block)] = torch.tensor(block, dtype=torch.long)
+            positions[b, : len(block)] = torch.arange(start, start + len(block))
+        last = torch.tensor([max(len(block) - 1, 0) for block in blocks])
+        return tokens.to(device), positions.to(device), last.to(device)
 
     def held(self) -> list[int]:
         """Tokens each row has in the cache (always a prefix of the row)."""
         return (self.positions >= 0).sum(1).tolist()
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int, hidden: bool = False):
-        """Run the model on a right-aligned block; returns the last `logits_to_keep` logits (and the
-        `lm_head` input at the last column when `hidden`)."""
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int, hidden: bool = False,
+                last: torch.Tensor | None = None):
+        """Run the model on a block (`lay_out`); returns per row the `logits_to_keep` logits ending at its
+        last column (`last`, None: the block's last column), and the `lm_head` input there when `hidden`."""
         self.positions = torch.cat((self.positions, positions), 1)
         mask = (self.positions >= 0).long()
         position_ids = positions.clamp_min(0).masked_fill(positions < 0, 1)  # batched generate's pad positions
+        width = tokens.shape[1]
+        kept = logits_to_keep if last is None else min(width, width - int((last - logits_to_keep + 1).min()))
         captured = []
         handle = None
         if hidden:
             handle = self.model.get_output_embeddings().register_forward_pre_hook(
-                lambda module, args: captured.append(args[0][:, -1]))
+                lambda module, args: captured.append(args[0]))
         try:
             out = self.model(input_ids=tokens, attention_mask=mask, position_ids=position_ids,
-                             past_key_values=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+                             use_cache=True, logits_to_keep=kept, **{CACHE_KWARG: self.cache})
         finally:
             if handle is not None:
                 handle.remove()
-        return (out.logits, captured[-1]) if hidden else out.logits
+        logits, states = out.logits, (captured[-1] if hidden else None)
+        if last is None:
+            return (logits, states[:, -1]) if hidden else logits
+        end = last - (width - logits.shape[1])  # each row's last column among the kept logits
+        # a row whose block is shorter than `logits_to_keep` repeats its first column (the loop never reads those)
+        index = (end[:, None] - torch.arange(logits_to_keep - 1, -1, -1, device=end.device)).clamp_min(0)
+        logits = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+        if not hidden:
+            return logits
+        end = last - (width - states.shape[1])
+        return logits, states.gather(1, end[:, None, None].expand(-1, 1, states.shape[-1]))[:, 0]
 
     def keep(self, lengths: list[int]) -> None:
         """Mask every slot at or past each row's `lengths[b]`."""
@@ -67,14 +106,17 @@ class RowCache:
         gather_cache_slots(self.cache, order)
 
     def compact(self, always: bool) -> None:
-        """Realign rows: each row's held slots move right, masked slots go (every round when `always`,
-        else once masked slots are over half the cache, which bounds its memory to about twice the text)."""
+        """Realign rows: each row's held slots move right, masked slots go (every round when `always` or the
+        rows must stay contiguous, else once masked slots are over half the cache, which bounds its memory to
+        about twice the text)."""
         valid = self.positions >= 0
         width = int(valid.sum(1).max())
-        if width == self.positions.shape[1] or (not always and 2 * width > self.positions.shape[1]):
-            return
         # stable sort puts masked slots first and keeps held slots in order; keep the last `width`
-        order = torch.sort(valid.long(), dim=1, stable=True).indices[:, -width:]
+        flags, order = torch.sort(valid.long(), dim=1, stable=True)
+        aligned = width == self.positions.shape[1] and (not self.contiguous or torch.equal(flags.bool(), valid))
+        if aligned or (not always and not self.contiguous and 2 * width > self.positions.shape[1]):
+            return
+        order = order[:, -width:]
         self._gather(order)
         self.positions = self.positions.gather(1, order)
 
@@ -84,10 +126,11 @@ class LeanRowCache(RowCache):
     preallocated per-row buffers, with the same slot bookkeeping."""
 
     def __init__(self, lean: LeanDraft, batch: int, capacity: int):
-        self.lean, self.kv = lean, lean.new_cache(capacity, batch)
+        self.lean, self.kv, self.contiguous = lean, lean.new_cache(capacity, batch), False
         self.positions = torch.empty((batch, 0), dtype=torch.long, device=lean.device)
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int, hidden: bool = False):
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int, hidden: bool = False,
+                last: None = None):
         start, end = self.kv.length, self.kv.length + tokens.shape[1]
         self.positions = torch.cat((self.positions, positions), 1)
         slots, new = torch.arange(end, device=tokens.device), torch.arange(start, end, device=tokens.device)
@@ -145,7 +188,7 @@ def draft_row_cache(draft: PreTrainedModel, draft_forward: str, stats: PacerStat
             raise ValueError(f"pacer_draft_forward='lean' cannot run this draft: {reason}. "
                              "Pass pacer_draft_forward='model' (or 'auto') to use the draft's own forward.")
     stats.draft_forward = "model"
-    return RowCache(draft, DynamicCache(config=draft.config), batch, draft.device)
+    return RowCache.for_model(draft, None, batch, draft.device)
 
 
 def kv_bytes(model: PreTrainedModel, batch: int, slots: int) -> int:

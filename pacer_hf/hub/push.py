@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .hub import build_preverifier_repo, push_preverifier
+from .publish import build_preverifier_repo, push_preverifier
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

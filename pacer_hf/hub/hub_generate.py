@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from transformers import PreTrainedModel
 
-# Every module is imported in the `from .x import y` form: transformers' remote-code loader fetches
-# the files it finds that way (it does not see `from . import x`), so this list keeps the repo complete.
-from ._hf_compat import check_supported
-from .configuration_pacer import PacerConfig  # noqa: F401  (fetched for modeling_pacer)
-from .generation import disable, enable  # imports the strategy registry, which registers every strategy
+# Every module is imported in the `from ..x import y` form: transformers' remote-code loader fetches
+# the files it finds that way (it does not see `from .. import x`), so this list keeps the repo complete.
+from .._hf_compat import check_supported
+from ..configuration_pacer import PacerConfig  # noqa: F401  (fetched for modeling_pacer)
+from ..generation import disable, enable  # imports the strategy registry, which registers every strategy
 
 _ENABLE_STATE = ("generate", "_get_candidate_generator", "_pacer_plain_generate", "_pacer_transformers_call",
                  "_pacer_loaded")

@@ -14,10 +14,10 @@ from collections.abc import Callable
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 
-from ._hf_compat import CandidateGenerator, crop_cache
+from .._hf_compat import CandidateGenerator, crop_cache
+from ..modeling_pacer import PacerPreVerifier, draft_features
+from ..stats import PacerStats
 from .draft_forwards import choose_draft_forward
-from .modeling_pacer import PacerPreVerifier, draft_features
-from .stats import PacerStats
 
 
 class PacerStoppingCriteria(StoppingCriteria):
