@@ -192,11 +192,15 @@ def check_cache_support(model, role: str) -> None:
     generation too), cache layers with no exact rollback. Then, once per model, dtype and device, a probe:
     logits of a text fed in chunks through the cache must equal one forward over the whole text
     (`_chunked_forward_mismatch`), the property every verification relies on; it refuses encoder families
-    left bidirectional and any family whose cached forward is not its plain one.
+    left bidirectional and any family whose cached forward is not its plain one. Drafts get the static
+    checks only: their numerics never decide a token.
     """
     family = getattr(model.config, "model_type", type(model).__name__)
-    parameters = inspect.signature(model.forward).parameters
-    if not {CACHE_KWARG, "past_key_values"} & set(parameters):
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT model's own model
+    forwards = [inspect.signature(vars(klass)["forward"]).parameters for klass in type(base).__mro__
+                if "forward" in vars(klass)]
+    explicit = any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in list(forwards[0].values())[1:])
+    if explicit and not any({CACHE_KWARG, "past_key_values"} & set(params) for params in forwards):
         raise ValueError(
             f"pacer= cannot use this {role} ({type(model).__name__}, model_type {family!r}): its forward takes no "
             "cache, so verifying a draft would cost a forward over the whole text. Generate without pacer=."
@@ -218,6 +222,8 @@ def check_cache_support(model, role: str) -> None:
             f"pacer= cannot use this {role} (model_type {family!r}): its cache has {unknown} layers, which pacer_hf "
             "cannot roll back exactly after a rejected draft token. Generate without pacer= for this model."
         )
+    if role != "target":  # a draft's numerics never decide a token: only the target's forward is probed
+        return
     checked = _PROBED.setdefault(model, {})
     key = (next(model.parameters()).dtype, model.device)
     if key not in checked:

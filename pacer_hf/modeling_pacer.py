@@ -52,11 +52,12 @@ def draft_signature(draft_config) -> dict:
 @dataclass
 class PacerOutput(ModelOutput):
     """Per-token acceptance logits `(batch, tokens)`, with labels the training loss, and the layer's keys and
-    values of every position so far (pass them back to score the round's next block only)."""
+    values of every position so far as `cache` (pass them back to score the round's next block only; the name
+    transformers uses from 5.24 on, which also renames a `past_key_values` field of any ModelOutput)."""
 
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
-    past_key_values: tuple[torch.Tensor, torch.Tensor] | None = None
+    cache: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 class PacerCausalLayer(nn.Module):
@@ -214,17 +215,17 @@ class PacerPreVerifier(PreTrainedModel):
         draft_features: torch.Tensor,
         labels: torch.Tensor | None = None,
         return_dict: bool | None = None,
-        past_key_values: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs,
     ) -> PacerOutput:
         """Per-token acceptance logits for `(batch, tokens, ...)` inputs of one drafting round each.
 
         `labels` hold the acceptance target in [0, 1] per token (soft labels allowed) and -100 on
         padding; the loss is binary cross-entropy with `config.reject_weight` on the reject class.
-        With `past_key_values` (from the previous call of the same round) the inputs are the round's
+        With `cache` (the previous call's `.cache`, same round) the inputs are the round's
         next tokens only, and the logits are theirs: the same as a full re-run, at the cost of the new block.
         """
-        start = 0 if past_key_values is None else past_key_values[0].shape[2]
+        start = 0 if cache is None else cache[0].shape[2]
         length = draft_features.shape[1]
         if start + length > self.config.max_draft_tokens:
             raise ValueError(f"{start + length} drafted tokens exceed max_draft_tokens={self.config.max_draft_tokens}.")
@@ -234,7 +235,7 @@ class PacerPreVerifier(PreTrainedModel):
             x = x + self.hidden_proj(draft_hidden_states.to(dtype))
         if self.feature_proj is not None:
             x = x + self.feature_proj(draft_features.to(dtype))
-        x, present = self.layer(x, past_key_values)
+        x, present = self.layer(x, cache)
         logits = self.head(self.norm(x)).squeeze(-1)
         loss = None
         if labels is not None:
@@ -243,7 +244,7 @@ class PacerPreVerifier(PreTrainedModel):
             weight = (target + (1 - target) * self.config.reject_weight) * mask
             loss = F.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="sum")
             loss = loss / weight.sum().clamp_min(1e-8)
-        return PacerOutput(loss=loss, logits=logits, past_key_values=present)
+        return PacerOutput(loss=loss, logits=logits, cache=present)
 
     def check_draft(self, draft_model: PreTrainedModel) -> None:
         """Refuse a draft other than the one this pre-verifier reads (hidden size, architecture)."""
@@ -304,7 +305,7 @@ class RoundScorer:
 
     The layer is 64 wide: in torch, per-operation dispatch is most of a call (≈ 0.2 ms, a third of a lean
     draft step on the demo pair). numpy runs the same float32 arithmetic with LayerNorm affines folded into
-    the linear layers after them; the logits equal `forward(past_key_values=)`'s to float rounding
+    the linear layers after them; the logits equal `forward(cache=)`'s to float rounding
     (tests/test_core_preverifier.py). Built from a snapshot of the weights: build a new one after training.
     """
 

@@ -52,8 +52,8 @@ def test_batch_without_attention_mask(pair):
 
 
 def test_unsupported_transformers_version(monkeypatch):
-    monkeypatch.setattr(transformers, "__version__", "5.22.1")
-    with pytest.raises(RuntimeError, match=r"transformers >=5\.23\.0,<5\.24\.0"):
+    monkeypatch.setattr(transformers, "__version__", "5.20.2")
+    with pytest.raises(RuntimeError, match=r"transformers >=5\.21\.0,<5\.25\.0"):
         _hf_compat.check_supported()
     with pytest.raises(RuntimeError, match="pip install"):
         pacer_hf.enable(build_model("llama"))
@@ -191,3 +191,16 @@ def test_attach_and_pacer_true(pair):
     with pytest.raises(TypeError, match="PacerPreVerifier"):
         pacer_hf.attach(draft, object())
     assert isinstance(pv, PacerPreVerifier)
+
+
+def test_pins_follow_the_supported_range():
+    """pyproject.toml's pin and the custom_generate repo's requirements say the range check_supported enforces."""
+    from pathlib import Path
+
+    from pacer_hf._paths import hub_cards_dir
+
+    low, high = _hf_compat.SUPPORTED_RANGE
+    requirements = (hub_cards_dir() / "custom-generate" / "custom_generate" / "requirements.txt").read_text()
+    assert f"transformers>={low}\n" in requirements and f"transformers<{high}\n" in requirements
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    assert f'"transformers>={low.major}.{low.minor},<{high.major}.{high.minor}"' in pyproject

@@ -122,12 +122,12 @@ def test_block_by_block_scoring_equals_the_full_rerun():
     for blocks in ([12], [1] * 12, [3, 3, 3, 3], [2, 5, 1, 4]):
         past, pieces, start = None, [], 0
         for size in blocks:
-            out = pv(hidden[:, start:start + size], features[:, start:start + size], past_key_values=past)
-            past, start = out.past_key_values, start + size
+            out = pv(hidden[:, start:start + size], features[:, start:start + size], cache=past)
+            past, start = out.cache, start + size
             pieces.append(out.logits[0])
         torch.testing.assert_close(torch.cat(pieces), full, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="exceed max_draft_tokens"):
-        pv(hidden[:, :1], features[:, :1], past_key_values=past)
+        pv(hidden[:, :1], features[:, :1], cache=past)
 
 
 @pytest.mark.parametrize("mode", ["both", "hidden", "features"])

@@ -182,8 +182,8 @@ class _Stopper:
         start = time.perf_counter()
         device = self.preverifier.device
         out = self.preverifier(torch.stack(self.hidden, 1).to(device), torch.stack(self.features, 1).to(device),
-                               past_key_values=self.past)
-        self.hidden, self.features, self.past = [], [], out.past_key_values
+                               cache=self.past)
+        self.hidden, self.features, self.past = [], [], out.cache
         logits = out.logits if self.token_logits is None else torch.cat((self.token_logits, out.logits), 1)
         self.token_logits = logits
         if self.mode == "batch" and self.clock.ready():

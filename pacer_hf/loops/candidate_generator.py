@@ -64,10 +64,10 @@ class PacerStoppingCriteria(StoppingCriteria):
             done = len(self.hidden) == self.block_size
             if done:
                 out = self.preverifier(torch.stack(self.hidden, 1).to(self.device),
-                                       torch.stack(self.features, 1).to(self.device), past_key_values=self.past)
+                                       torch.stack(self.features, 1).to(self.device), cache=self.past)
                 self.hidden.clear()
                 self.features.clear()
-                self.past = out.past_key_values
+                self.past = out.cache
                 self.token_logits += out.logits[0].float().tolist()
         stop = False
         if done:
