@@ -8,7 +8,7 @@ own cache length gives the positions, and only the tokens not yet in that cache 
 Everything that decides tokens is done as transformers does it (logits processors per position,
 the acceptance rule, EOS and length truncation, stopping criteria), so the output equals
 `pacer_loop="transformers"` token for token and, under sampling, random draw for random draw.
-`pacer_hf.enable` passes this function to `generate(custom_generate=...)`; transformers 5.23
+`pacer_hf.enable` passes this function to `generate(custom_generate=...)`; transformers (5.21-5.24)
 gives such a callable neither the draft nor the streamer, so they come bound with functools.partial,
 together with the strategy's candidate-generator factory.
 """
