@@ -189,56 +189,52 @@ def check_cache_support(model, role: str) -> None:
     """Refuse, before generating, a model pacer_hf cannot verify drafts for exactly.
 
     Static checks first: a forward without a cache, a recurrent state (refused by transformers' assisted
-    generation too), cache layers with no exact rollback. Then, once per model, dtype and device, a probe:
-    logits of a text fed in chunks through the cache must equal one forward over the whole text
-    (`_chunked_forward_mismatch`), the property every verification relies on; it refuses encoder families
-    left bidirectional and any family whose cached forward is not its plain one. Drafts get the static
-    checks only: their numerics never decide a token.
+    generation too), cache layers with no exact rollback. Then, for a target, a probe: logits of a text fed in
+    chunks through the cache must equal one forward over the whole text (`_chunked_forward_mismatch`), the
+    property every verification relies on; it refuses encoder families left bidirectional and any family whose
+    cached forward is not its plain one. Drafts get the static checks only: their numerics never decide a
+    token. The verdict is worked out once per model, role, dtype and device, not on every call.
     """
-    family = getattr(model.config, "model_type", type(model).__name__)
+    checked = _CHECKED.setdefault(model, {})
+    key = (role == "target", next(model.parameters()).dtype, model.device)
+    if key not in checked:
+        checked[key] = _unsupported_reason(model, probe=key[0])
+    if checked[key]:
+        family = getattr(model.config, "model_type", type(model).__name__)
+        raise ValueError(f"pacer= cannot use this {role} ({type(model).__name__}, model_type {family!r}): "
+                         f"{checked[key]}")
+
+
+def _unsupported_reason(model, probe: bool) -> str | None:
+    """Why pacer_hf cannot use `model` (the rest of `check_cache_support`'s message), or None."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT model's own model
     forwards = [inspect.signature(vars(klass)["forward"]).parameters for klass in type(base).__mro__
                 if "forward" in vars(klass)]
     explicit = any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in list(forwards[0].values())[1:])
     if explicit and not any({CACHE_KWARG, "past_key_values"} & set(params) for params in forwards):
-        raise ValueError(
-            f"pacer= cannot use this {role} ({type(model).__name__}, model_type {family!r}): its forward takes no "
-            "cache, so verifying a draft would cost a forward over the whole text. Generate without pacer=."
-        )
+        return "its forward takes no cache, so verifying a draft would cost a forward over the whole text. " \
+               "Generate without pacer=."
     if getattr(model, "_is_stateful", False):
-        raise ValueError(
-            f"pacer= cannot use this {role} ({type(model).__name__}, model_type {family!r}): it keeps a recurrent "
-            "state that cannot be rolled back after a rejected draft token (transformers' assisted generation "
-            "refuses it too). Generate without pacer= for this model."
-        )
-    config = model.config.get_text_config(decoder=True)
+        return ("it keeps a recurrent state that cannot be rolled back after a rejected draft token (transformers' "
+                "assisted generation refuses it too). Generate without pacer= for this model.")
     try:
-        layers = DynamicCache(config=config).layers
+        layers = DynamicCache(config=model.config.get_text_config(decoder=True)).layers
     except Exception as error:  # a config transformers' DynamicCache cannot lay out
-        raise ValueError(f"pacer= cannot lay out a cache for this {role} (model_type {family!r}): {error}") from error
+        return f"pacer_hf cannot lay out a cache for it: {error}"
     unknown = sorted({type(layer).__name__ for layer in layers if type(layer).__name__ not in _ROLLBACK})
     if unknown:
-        raise ValueError(
-            f"pacer= cannot use this {role} (model_type {family!r}): its cache has {unknown} layers, which pacer_hf "
-            "cannot roll back exactly after a rejected draft token. Generate without pacer= for this model."
-        )
-    if role != "target":  # a draft's numerics never decide a token: only the target's forward is probed
-        return
-    checked = _PROBED.setdefault(model, {})
-    key = (next(model.parameters()).dtype, model.device)
-    if key not in checked:
-        checked[key] = _chunked_forward_mismatch(model)
-    if checked[key]:
-        hint = (" (config.is_decoder is False: an encoder family attends both ways unless loaded with "
-                "is_decoder=True)" if getattr(model.config, "is_decoder", None) is False else "")
-        raise ValueError(
-            f"pacer= cannot use this {role} ({type(model).__name__}, model_type {family!r}): {checked[key]}{hint}, "
-            "so a draft verified in one forward would not get the logits plain decoding gives. Generate without "
-            "pacer= for this model."
-        )
+        return (f"its cache has {unknown} layers, which pacer_hf cannot roll back exactly after a rejected draft "
+                "token. Generate without pacer= for this model.")
+    mismatch = _chunked_forward_mismatch(model) if probe else None
+    if mismatch is None:
+        return None
+    hint = (" (config.is_decoder is False: an encoder family attends both ways unless loaded with "
+            "is_decoder=True)" if getattr(model.config, "is_decoder", None) is False else "")
+    return (f"{mismatch}{hint}, so a draft verified in one forward would not get the logits plain decoding gives. "
+            "Generate without pacer= for this model.")
 
 
-_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(dtype, device): mismatch or None}
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(probed, dtype, device): reason}
 _PROBE_TOLERANCE = {torch.float64: 1e-4, torch.float32: 1e-4}  # relative to the largest logit; 16-bit: 3e-2
 # (not 1e-9 in float64: some families keep rotary or ALiBi tables in float32; a structural mismatch is O(1))
 
