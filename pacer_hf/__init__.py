@@ -14,7 +14,7 @@ from transformers import AutoConfig, AutoModel
 
 from .configuration_lookup_gate import PacerLookupGateConfig
 from .configuration_pacer import PacerConfig
-from .generation import attach, disable, enable, last_stats, load_preverifier
+from .generation import attach, default_lookup_gate, disable, enable, last_stats, load_preverifier
 from .loops.draft_forwards import compile_draft
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier, draft_features
@@ -55,6 +55,7 @@ __all__ = [
     "StrategyConfig",
     "attach",
     "compile_draft",
+    "default_lookup_gate",
     "disable",
     "draft_features",
     "enable",

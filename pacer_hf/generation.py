@@ -21,10 +21,12 @@ import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
 from ._hf_compat import batch_row_cache, check_cache_support, check_supported, default_candidate_generator
+from ._paths import hub_cards_dir
 from .loops.batch_cache import check_batch_memory
 from .loops.batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
 from .loops.draft_forwards import DRAFT_FORWARDS
 from .loops.lean_loop import lean_assisted_decoding
+from .loops.round_costs import check_cost_mode
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
 from .stats import PacerStats
@@ -43,6 +45,7 @@ from .strategies import (
 PacerArg = bool | str | dict | StrategyConfig | PacerPreVerifier | PacerLookupGate | None
 MODULE_TYPES = {"pacer_preverifier": PacerPreVerifier, "pacer_lookup_gate": PacerLookupGate}
 _MISSING = object()
+DEFAULT_LOOKUP_GATE = "default-lookup-gate"  # folder under hub_cards/ (pacer_hf/hub_cards/ in the wheel)
 # pacer_loop=: pacer_hf's lean verification loop (lean_loop.py), or transformers' _assisted_decoding.
 LOOPS = ("lean", "transformers")
 
@@ -85,11 +88,18 @@ def attach(model: PreTrainedModel, module: PacerPreVerifier | PacerLookupGate) -
         module.check_draft(model)
         object.__setattr__(model, "_pacer_preverifier", module)
     elif isinstance(module, PacerLookupGate):
-        module.check_target(model)
         object.__setattr__(model, "_pacer_lookup_gate", module)
     else:
         raise TypeError(f"attach() takes a PacerPreVerifier or a PacerLookupGate, got {type(module).__name__}.")
     return model
+
+
+@functools.cache
+def default_lookup_gate() -> PacerLookupGate:
+    """The lookup gate shipped inside pacer_hf (`hub_cards/default-lookup-gate`), trained on the answers of several
+    targets with different tokenizers: `generate(prompt_lookup_num_tokens=N, pacer=True)` uses it on any causal LM
+    without a gate of its own. Loaded once per process, on CPU (an MLP over at most N rows)."""
+    return PacerLookupGate.from_pretrained(hub_cards_dir() / DEFAULT_LOOKUP_GATE).eval()
 
 
 def last_stats(model: PreTrainedModel) -> PacerStats | None:
@@ -103,6 +113,7 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     draft_forward = _option(kwargs, "pacer_draft_forward", DRAFT_FORWARDS)
     batch_cache = _option(kwargs, "pacer_batch_cache", BATCH_CACHES)
     batch_stop = _option(kwargs, "pacer_batch_stop", BATCH_STOPS)
+    costs = check_cost_mode(kwargs.pop("pacer_costs", "measure"))
     if pacer is _MISSING:
         pacer = getattr(kwargs.get("generation_config") or self.generation_config, "pacer", None)
     if pacer is None or pacer is False:
@@ -116,7 +127,7 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
         raise ValueError(
             "pacer_hf's lean verification loop does not support synced_gpus; pass pacer_loop='transformers'."
         )
-    call = _resolve(self, pacer, args, kwargs, draft_forward)
+    call = _resolve(self, pacer, args, kwargs, draft_forward, costs)
     call.stats.loop = loop
     size = _batch_size(args, kwargs)
     batched = size > 1
@@ -170,7 +181,8 @@ def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, 
     return call.make(generation_config, logits_processor)
 
 
-def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict, draft_forward: str) -> StrategyCall:
+def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict, draft_forward: str,
+             costs: str | list[float] = "measure") -> StrategyCall:
     """Turn the `pacer=` value into a StrategyCall, raising every argument error before any work."""
     draft = kwargs.get("assistant_model")
     lookup_tokens = _generation_value(model, kwargs, "prompt_lookup_num_tokens")
@@ -183,7 +195,7 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict,
             "with Pacer, sd-fixed-<γ>, ouroboros and pacer+ouroboros; call generate once per prompt for this strategy."
         )
     if isinstance(config, LookupConfig):
-        return _resolve_lookup(model, config, module, args, kwargs, lookup_tokens, draft_forward)
+        return _resolve_lookup(model, config, module, args, kwargs, lookup_tokens, draft_forward, costs)
     if lookup_tokens is not None:
         raise ValueError(
             f"prompt_lookup_num_tokens={lookup_tokens} cannot be combined with pacer={pacer!r} ({type(config).__name__}): "
@@ -206,12 +218,13 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict,
         _check_trim(preverifier, do_sample)
     else:
         preverifier = None
-    return build_call(config, StrategyContext(model, draft, preverifier, do_sample, draft_forward))
+    return build_call(config, StrategyContext(model, draft, preverifier, do_sample, draft_forward, costs=costs))
 
 
 def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: tuple, kwargs: dict,
-                    lookup_tokens: int | None, draft_forward: str) -> StrategyCall:
-    """Prompt lookup (strategies/lookup): the gate from `pacer=` or attached to the target; a draft optional."""
+                    lookup_tokens: int | None, draft_forward: str, costs: str | list[float]) -> StrategyCall:
+    """Prompt lookup (strategies/lookup): the gate from `pacer=`, else the one attached to the target, else the
+    default gate shipped in the package; a draft optional."""
     draft = kwargs.get("assistant_model")
     config = dataclasses.replace(
         config, num_tokens=config.num_tokens or lookup_tokens,
@@ -222,13 +235,7 @@ def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: 
     gate = None
     if config.use_preverifier:
         gate = module if isinstance(module, PacerLookupGate) else getattr(model, "_pacer_lookup_gate", None)
-        if gate is None:
-            raise ValueError(
-                "Prompt lookup gated by Pacer needs a lookup gate, and this target has none attached: pass "
-                "pacer=<PacerLookupGate, folder or Hub id>, call pacer_hf.attach(target, gate) (load_pair('smollm2') "
-                "does), or pass pacer='lookup-<N>' for ungated lookup."
-            )
-        gate.check_target(model)
+        gate = gate if gate is not None else default_lookup_gate()
     preverifier = None
     if draft is not None:
         _check_tokenizers(kwargs)
@@ -240,7 +247,8 @@ def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: 
     do_sample = bool(_generation_value(model, kwargs, "do_sample"))
     if preverifier is not None:
         _check_trim(preverifier, do_sample)
-    return build_call(config, StrategyContext(model, draft, preverifier, do_sample, draft_forward, lookup_gate=gate))
+    return build_call(config, StrategyContext(model, draft, preverifier, do_sample, draft_forward, lookup_gate=gate,
+                                              costs=costs))
 
 
 def _strategy(model: PreTrainedModel, pacer: PacerArg, draft, lookup: bool) -> tuple[StrategyConfig, object]:

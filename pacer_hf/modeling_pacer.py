@@ -264,7 +264,7 @@ class PacerPreVerifier(PreTrainedModel):
                 f"{actual}. Use a pre-verifier trained for this draft."
             )
 
-    def decide(self, token_logits: torch.Tensor | list[float]) -> tuple[bool, int]:
+    def decide(self, token_logits: torch.Tensor | list[float], costs: dict | None = None) -> tuple[bool, int]:
         """After a block: `(stop, trim)`. The whole Pacer decision, given the round's acceptance logits.
 
         `decision_rule="block"`: the block passes when its predicted survival (product of its tokens'
@@ -274,13 +274,15 @@ class PacerPreVerifier(PreTrainedModel):
         now, under the calibrated cost model (`expected_gain_continues`). A stopped round's last block is
         sent whole (stop-only, exact under sampling) unless `trim_failed_block`, which drops its tokens
         from the first one predicted below `trim_cutoff`. Plain Python on the host: no device round trip.
+        `costs` (expected_gain): the cost model measured where the call runs (`{"round_cost": [...]}`, see
+        `loops/round_costs.py`); without it, `config.calibration` (the machine that calibrated it).
         """
         config = self.config
         values = token_logits.float().tolist() if isinstance(token_logits, torch.Tensor) else token_logits
         probs = [1.0 / (1.0 + math.exp(-min(max(x, -60.0), 60.0))) for x in values]
         block = probs[-config.block_size :]
         if config.decision_rule == "expected_gain":
-            if expected_gain_continues(probs, config.block_size, config.max_draft_tokens, config.calibration):
+            if expected_gain_continues(probs, config.block_size, config.max_draft_tokens, costs or config.calibration):
                 return False, 0
         else:
             survival = math.prod(block if config.decision_rule == "block" else probs)
@@ -389,6 +391,16 @@ def round_cost(table: list[float], k: int) -> float:
     return table[-1] + (table[-1] - table[-2] if len(table) > 1 else 0.0) * (k - len(table) + 1)
 
 
+def calibrated_round_time(costs: dict):
+    """time(k): a round drafting k tokens in target steps under a calibration dict: `round_cost[k]` when measured
+    inside generate, else k*draft_cost + verify_cost[k] + round_overhead; plus preverifier_cost per token."""
+    call = costs.get("preverifier_cost", 0.0)
+    if costs.get("round_cost"):
+        return lambda k: round_cost(costs["round_cost"], k) + k * call
+    draft, table, overhead = costs["draft_cost"], costs["verify_cost"], costs.get("round_overhead", 0.0)
+    return lambda k: k * (draft + call) + round_cost(table, k) + overhead
+
+
 def expected_gain_continues(probs: list[float], block_size: int, max_tokens: int, costs: dict) -> bool:
     """Whether drafting more blocks is expected to pay, after `len(probs)` drafted tokens.
 
@@ -400,29 +412,20 @@ def expected_gain_continues(probs: list[float], block_size: int, max_tokens: int
     probability of the last block. Drafting continues when some longer round, up to `max_tokens`, has a
     higher expected rate (tokens per unit of time) than stopping now.
     """
-    call = costs.get("preverifier_cost", 0.0)
-    if costs.get("round_cost"):
-        def time(k: int) -> float:
-            return round_cost(costs["round_cost"], k)
-    else:
-        draft, table, overhead = costs["draft_cost"], costs["verify_cost"], costs.get("round_overhead", 0.0)
-
-        def time(k: int) -> float:
-            return k * draft + round_cost(table, k) + overhead
-
+    time = calibrated_round_time(costs)
     n = len(probs)
     survival, tokens = 1.0, 1.0
     for p in probs:
         survival *= p
         tokens += survival
-    rate_now = tokens / (time(n) + n * call)
+    rate_now = tokens / time(n)
     future = sum(probs[-block_size:]) / len(probs[-block_size:])
     for extra in range(1, (max_tokens - n) // block_size + 1):
         for _ in range(block_size):
             survival *= future
             tokens += survival
         longer = n + extra * block_size
-        if tokens / (time(longer) + longer * call) > rate_now:
+        if tokens / time(longer) > rate_now:
             return True
     return False
 

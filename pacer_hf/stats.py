@@ -31,6 +31,19 @@ class PacerStats:
     rows: list[PacerStats] = field(default_factory=list)
 
     @property
+    def costs(self) -> dict | None:
+        """Which round costs decided the call's expected-gain rule (lookup gate or pre-verifier), as they stood when
+        it ended: `source` ("probe", "probe+online", "prior" or "given"), the `table` relative to k = 0, the probe's
+        wall time (0 when it was cached) and what it measured on (device, dtype, threads, processor). None when no
+        rule decided by cost."""
+        round_costs = getattr(self, "_round_costs", None)
+        return None if round_costs is None else round_costs.summary()
+
+    def use_costs(self, round_costs) -> None:
+        """Record the `RoundCosts` (loops/round_costs.py) this call decides with."""
+        self._round_costs = round_costs
+
+    @property
     def tau(self) -> float:
         """Mean tokens produced per target forward (docs/ALGORITHM.md §5)."""
         return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
@@ -46,4 +59,4 @@ class PacerStats:
         return sum(self.draft_lengths) / len(self.draft_lengths) if self.draft_lengths else 0.0
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "tau": self.tau, "alpha": self.alpha, "mean_draft_len": self.mean_draft_len}
+        return {**asdict(self), "costs": self.costs, "tau": self.tau, "alpha": self.alpha, "mean_draft_len": self.mean_draft_len}

@@ -1,8 +1,9 @@
 """The timing primitives behind every cost measurement: calibration's c, verify and pre-verifier costs,
-PEARL's γ and the demo pair's decode steps."""
+PEARL's γ, the demo pair's decode steps and the draft rounds' probe (`draft_costs`)."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 
@@ -10,7 +11,9 @@ import torch
 from transformers import PreTrainedModel
 
 from ._hf_compat import CACHE_KWARG, crop_cache, new_cache
+from .loops import round_costs
 from .loops.lean_draft import LeanDraft
+from .loops.round_costs import model_key
 from .modeling_pacer import PacerPreVerifier
 
 
@@ -80,6 +83,27 @@ def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedMode
 
     timed = _cropping_timer(round_, None, 0, copy.device)
     return lambda: timed() / tokens
+
+
+def draft_costs(model: PreTrainedModel, draft: PreTrainedModel, preverifier, max_tokens: int, mode,
+                prior: list[float] | None) -> round_costs.RoundCosts:
+    """A draft round proposing k = 0..max_tokens tokens: k draft steps, k pre-verifier scorings, a target
+    forward over k + 1 tokens."""
+    def probe():
+        key, describe, verify, wall = round_costs.forward_costs(model, max_tokens + 1)
+        draft_key = model_key(draft) + model_key(preverifier)
+
+        def measure() -> list[float]:
+            step, score = draft_step_timer(draft), preverifier_token_timer(preverifier, draft)
+            step(), score()  # warm-up
+            return [min(step() for _ in range(5)) + min(score() for _ in range(5))]
+
+        (per_token,), draft_wall = round_costs.cached_probe(draft_key, measure)
+        seconds = [verify[k] + k * per_token for k in range(max_tokens + 1)]
+        describe = {**describe, "draft_token_ms": round(1000 * per_token, 3)}
+        return hashlib.sha1((key + draft_key).encode()).hexdigest()[:16], describe, seconds, wall + draft_wall
+
+    return round_costs.resolve_costs(mode, prior=prior, what="the pre-verifier", probe=probe)
 
 
 def _cropping_timer(step: Callable[[], object], cache, context: int, device: torch.device) -> Callable[[], float]:

@@ -114,7 +114,9 @@ def test_property_greedy_identical(pair, arch, kind, tokens, block_size, blocks,
     pv = make_preverifier(draft, seed=pv_seed, block_size=block_size, threshold=threshold, decision_rule=rule, **costs,
                           max_draft_tokens=block_size * blocks)
     expected = plain_greedy(target, ids, max_new_tokens=max_new_tokens)
-    out = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft, pacer=pv)
+    # expected_gain with the test's costs (pacer_costs="prior"), under which untrained pre-verifiers stop and continue
+    out = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft, pacer=pv,
+                          **({"pacer_costs": "prior"} if rule == "expected_gain" else {}))
     assert torch.equal(out, expected)
 
 

@@ -62,6 +62,14 @@ def test_greedy_identical_without_a_draft(targets, case, arch, lookup_tokens):
     assert stats.matches > 0, "the repeated prompt must give lookup matches"
 
 
+def test_a_gate_trained_for_another_vocabulary_runs_exactly(targets):
+    """No vocabulary lock: no feature of a gate depends on the vocabulary its target had."""
+    target = targets["llama"]
+    other = make_lookup_gate(build_model("llama", vocab_size=50), decision_rule="expected_gain")
+    out = target.generate(REPEATING, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=6, pacer=other)
+    assert torch.equal(out, plain_greedy(target, REPEATING, max_new_tokens=12))
+
+
 def test_pacer_true_with_lookup_uses_the_attached_gate_and_proposes_nothing_when_told(targets):
     target = targets["llama"]
     gate = gated(target)
@@ -243,17 +251,12 @@ def test_gate_round_trips_and_loads_as_pacer_folder(targets, tmp_path):
 
 def test_errors_name_the_argument_and_the_fix(targets):
     target = targets["llama"]
-    with pytest.raises(ValueError, match="lookup gate"):
-        target.generate(REPEATING, max_new_tokens=4, prompt_lookup_num_tokens=4, pacer=True)
     with pytest.raises(ValueError, match="prompt_lookup_num_tokens=4 cannot be combined with pacer='pearl'"):
         target.generate(REPEATING, max_new_tokens=4, prompt_lookup_num_tokens=4, pacer="pearl")
     with pytest.raises(ValueError, match="needs a draft model.*prompt_lookup_num_tokens"):
         target.generate(REPEATING, max_new_tokens=4, pacer="sd-fixed-2")
-    other = make_lookup_gate(build_model("llama", vocab_size=50))
-    with pytest.raises(ValueError, match="50-token vocabulary"):
-        target.generate(REPEATING, max_new_tokens=4, pacer=other)
-    with pytest.raises(ValueError, match="round_cost"):
-        pacer_hf.PacerLookupGateConfig(decision_rule="expected_gain")
+    with pytest.raises(ValueError, match="round_cost holds the cost of proposing k = 0..10"):
+        pacer_hf.PacerLookupGateConfig(decision_rule="expected_gain", round_cost=[1.0, 2.0])
     with pytest.raises(ValueError, match="num_tokens must be >= 1"):
         pacer_hf.LookupConfig(num_tokens=0)
     with pytest.raises(TypeError, match="PacerLookupGate"):
@@ -349,9 +352,12 @@ def test_gate_loads_as_remote_code_and_runs(targets, tmp_path):
     remote_class = get_class_from_dynamic_module("modeling_lookup_gate.PacerLookupGate", str(tmp_path / "gate"))
     copy = remote_class.from_pretrained(tmp_path / "gate")
     assert type(copy) is not pacer_hf.PacerLookupGate
-    out = target.generate(REPEATING, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=6, pacer=copy)
+    # pacer_costs="probe": this machine's costs, without the online refinement that lets decisions drift
+    out = target.generate(REPEATING, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=6, pacer=copy,
+                          pacer_costs="probe")
     lengths = pacer_hf.last_stats(target).draft_lengths
-    again = target.generate(REPEATING, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=6, pacer=gate)
+    again = target.generate(REPEATING, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=6, pacer=gate,
+                            pacer_costs="probe")
     assert torch.equal(out, again) and pacer_hf.last_stats(target).draft_lengths == lengths
 
 

@@ -328,8 +328,7 @@ def test_cache_dir_default_honours_the_environment(monkeypatch, tmp_path):
 
 
 def test_shipped_lookup_gate_is_attached_and_checked(tiny_gguf, cached, tmp_path):
-    """hub_cards/smollm2-lookup-gate: load_pair attaches it, so prompt_lookup_num_tokens + pacer=True uses it;
-    a gate trained for another vocabulary is refused at load time."""
+    """hub_cards/smollm2-lookup-gate: load_pair attaches it, so prompt_lookup_num_tokens + pacer=True uses it."""
     import shutil
 
     import pacer_hf
@@ -346,7 +345,4 @@ def test_shipped_lookup_gate_is_attached_and_checked(tiny_gguf, cached, tmp_path
     out = loaded.target.generate(ids, max_new_tokens=8, do_sample=False, prompt_lookup_num_tokens=4, pacer=True)
     assert pacer_hf.last_stats(loaded.target).strategy == "pacer-lookup"
     assert torch.equal(out, loaded.target.generate(ids, max_new_tokens=8, do_sample=False, pacer=None))
-    pacer_hf.PacerLookupGate(pacer_hf.PacerLookupGateConfig(vocab_size=vocab + 1)).save_pretrained(
-        cards / "smollm2-lookup-gate")
-    with pytest.raises(ValueError, match=f"{vocab + 1}-token vocabulary"):
-        load(tiny_gguf, tmp_path)
+

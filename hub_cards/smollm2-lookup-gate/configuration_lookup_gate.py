@@ -22,11 +22,13 @@ class PacerLookupGateConfig(PretrainedConfig):
         decision_rule (`str`): `"expected_gain"` proposes the k tokens that maximise expected tokens per
             unit of time, `(1 + sum of the first k survival probabilities) / round_cost[k]`;
             `"threshold"` proposes tokens while their survival probability is >= `threshold`.
-        round_cost (`list[float]`): measured cost of a round that proposes k = 0..max_lookup_tokens tokens,
-            relative to k = 0 (one target decoding step); written by `pacer-hf train-lookup-gate`.
+        round_cost (`list[float]`, *optional*): cost of a round that proposes k = 0..max_lookup_tokens tokens,
+            relative to k = 0 (one target decoding step), on the machine that trained the gate. A prior only:
+            `generate` measures the machine it runs on (`pacer_costs="measure"`, the default) and uses this
+            table only with `pacer_costs="prior"`.
         threshold (`float`): survival probability a proposed token needs under `"threshold"`.
-        target_model (`str`): the target whose answers the gate was trained on.
-        vocab_size (`int`): that target's vocabulary size; a target with another size is refused.
+        target_model (`str`): the target(s) whose answers the gate was trained on (informational).
+        vocab_size (`int`): that target's vocabulary size (informational: no feature depends on it).
         training (`dict`): what the gate was trained on and what it measured (written by the trainer).
     """
 
@@ -50,11 +52,10 @@ class PacerLookupGateConfig(PretrainedConfig):
             raise ValueError(f"decision_rule={decision_rule!r} is not one of {LOOKUP_DECISION_RULES}.")
         if max_lookup_tokens < 1 or max_ngram_size < 1:
             raise ValueError(f"max_lookup_tokens={max_lookup_tokens} and max_ngram_size={max_ngram_size} must be >= 1.")
-        if decision_rule == "expected_gain" and (round_cost is None or len(round_cost) != max_lookup_tokens + 1):
+        if round_cost is not None and len(round_cost) != max_lookup_tokens + 1:
             raise ValueError(
-                "decision_rule='expected_gain' needs round_cost: the measured cost of proposing k = 0.."
-                f"{max_lookup_tokens} tokens ({max_lookup_tokens + 1} numbers, from `pacer-hf train-lookup-gate`); "
-                f"got {round_cost!r}. Use decision_rule='threshold' without it."
+                f"round_cost holds the cost of proposing k = 0..{max_lookup_tokens} tokens: {max_lookup_tokens + 1} "
+                f"numbers; got {len(round_cost)}."
             )
         if not 0.0 <= float(threshold) <= 1.0:
             raise ValueError(f"threshold={threshold} must lie in [0, 1].")

@@ -134,7 +134,8 @@ class PacerLookupGate(PreTrainedModel):
     """Scores prompt-lookup tokens and decides how many a round proposes (`choose_length`).
 
     `logits[..., j]` is the log-odds that the target accepts lookup token j given it accepted the ones
-    before; survival probabilities are their running product.
+    before; survival probabilities are their running product. No feature depends on the target's
+    vocabulary or size, so one gate serves any causal LM (`pacer_hf.default_lookup_gate()`).
     """
 
     config_class = PacerLookupGateConfig
@@ -170,11 +171,18 @@ class PacerLookupGate(PreTrainedModel):
         """(k,) probability that the target accepts at least the first j + 1 tokens."""
         return torch.sigmoid(self.mlp(features).squeeze(-1)).cumprod(dim=-1)
 
-    def choose_length(self, survival: list[float]) -> int:
-        """How many of the scored tokens to propose (0..len(survival)), by the config's decision rule."""
+    def choose_length(self, survival: list[float], round_cost: list[float] | None = None) -> int:
+        """How many of the scored tokens to propose (0..len(survival)), by the config's decision rule.
+
+        `round_cost`: what proposing k = 0, 1, ... tokens costs where the call runs (generate measures it,
+        `loops/round_costs.py`); without it, the config's table (the machine that trained the gate)."""
         if self.config.decision_rule == "threshold":
             return threshold_length(survival, self.config.threshold)
-        return expected_gain_length(survival, self.config.round_cost)
+        costs = round_cost if round_cost is not None else self.config.round_cost
+        if costs is None:
+            raise ValueError("decision_rule='expected_gain' needs round costs: pass round_cost= (generate measures "
+                             "them on this machine) or set config.round_cost.")
+        return expected_gain_length(survival, costs)
 
     @classmethod
     def from_other_copy(cls, module: nn.Module) -> PacerLookupGate:
@@ -191,16 +199,6 @@ class PacerLookupGate(PreTrainedModel):
         if parameter is not None:
             local.to(device=parameter.device, dtype=parameter.dtype)
         return local.train(module.training)
-
-    def check_target(self, model: PreTrainedModel) -> None:
-        """Refuse a target whose vocabulary differs from the one the gate was trained on."""
-        rows = model.get_output_embeddings().weight.shape[0]
-        if self.config.vocab_size is not None and rows != self.config.vocab_size:
-            raise ValueError(
-                f"This lookup gate was trained for a target with a {self.config.vocab_size}-token vocabulary "
-                f"({self.config.target_model or 'unnamed'}); this target has {rows}. Train one for it with "
-                "`pacer-hf train-lookup-gate`, or pass pacer='lookup-<N>' for ungated lookup."
-            )
 
 
 PacerLookupGate.register_for_auto_class("AutoModel")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
@@ -18,6 +19,9 @@ from .._hf_compat import CandidateGenerator, crop_cache
 from ..modeling_pacer import PacerPreVerifier, draft_features
 from ..stats import PacerStats
 from .draft_forwards import choose_draft_forward
+
+if TYPE_CHECKING:
+    from .round_costs import RoundCosts
 
 
 class PacerStoppingCriteria(StoppingCriteria):
@@ -28,8 +32,9 @@ class PacerStoppingCriteria(StoppingCriteria):
     With `trim_failed_block` (greedy only) `trim` says how many trailing tokens to drop instead.
     """
 
-    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats):
+    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None):
         self.preverifier = preverifier.eval()
+        self.costs = costs  # expected_gain: what a round drafting k tokens costs here (else the config's calibration)
         self.block_size = preverifier.config.block_size
         self.device = preverifier.device
         self.stats = stats
@@ -71,7 +76,8 @@ class PacerStoppingCriteria(StoppingCriteria):
                 self.token_logits += out.logits[0].float().tolist()
         stop = False
         if done:
-            stop, self.trim = self.preverifier.decide(self.token_logits)
+            costs = {"round_cost": self.costs.seconds()} if self.costs is not None else None
+            stop, self.trim = self.preverifier.decide(self.token_logits, costs)
         self.stats.preverifier_seconds += time.perf_counter() - start
         return stop
 
@@ -109,14 +115,20 @@ class PacerCandidateGenerator(CandidateGenerator):
         self.eos = set() if eos is None else {int(t) for t in torch.as_tensor(eos).flatten().tolist()}
         self.ids = torch.empty((1, self.max_length), dtype=torch.long, device=draft.device)
         self.forward, self.cache = choose_draft_forward(draft, draft_forward, self.max_length, stats)
+        self.round_start: float | None = None  # timing for the stop rule's costs (the first round reads the prompt)
+        self.rounds = 0
+        self.proposed = 0
 
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
+        start = time.perf_counter()
         cur_len = input_ids.shape[1]
         self.stats.target_forwards += 1
         budget = min(self.max_draft_tokens, self.max_length - cur_len - 1)
         n, processed = self._draft(input_ids, budget) if budget > 0 else (0, [])
         self.stats.draft_lengths.append(n)
+        self.rounds += 1
+        self.round_start, self.proposed = (start if self.rounds > 1 else None), n
         if n == 0:
             return input_ids, None
         # A view: the verification loop reads the candidates before the next round writes `ids` again.
@@ -166,5 +178,9 @@ class PacerCandidateGenerator(CandidateGenerator):
         return n, processed
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
-        """No schedule to update (the draft length is decided while drafting); record the outcome."""
+        """No schedule to update (the draft length is decided while drafting); record the outcome and, for a
+        stop rule deciding by cost, what the round cost."""
+        if self.round_start is not None and self.stop is not None and self.stop.costs is not None:
+            self.stop.costs.observe(self.proposed, time.perf_counter() - self.round_start)
+            self.round_start = None
         self.stats.accepted.append(int(num_matches))

@@ -17,9 +17,11 @@ from typing import Any, ClassVar
 
 from transformers import PreTrainedModel
 
+from ..loops.candidate_generator import PacerStoppingCriteria
 from ..modeling_lookup_gate import PacerLookupGate
-from ..modeling_pacer import PacerPreVerifier
+from ..modeling_pacer import PacerPreVerifier, calibrated_round_time
 from ..stats import PacerStats
+from ..timing import draft_costs
 
 
 class StrategyConfig:
@@ -74,6 +76,20 @@ class StrategyContext:
     do_sample: bool
     draft_forward: str = "auto"
     lookup_gate: PacerLookupGate | None = None
+    costs: str | list[float] = "measure"  # generate's pacer_costs=: where expected-gain rules take their costs
+
+    def preverifier_stop(self, stats: PacerStats, max_tokens: int) -> PacerStoppingCriteria | None:
+        """The pre-verifier as the drafting stop criterion (None without one); an expected-gain rule decides
+        with this machine's round costs (`loops/round_costs.py`), reported in `stats.costs` when the call ends."""
+        if self.preverifier is None:
+            return None
+        costs = None
+        if self.preverifier.config.decision_rule == "expected_gain":
+            calibration = self.preverifier.config.calibration
+            prior = [calibrated_round_time(calibration)(k) for k in range(max_tokens + 1)] if calibration else None
+            costs = draft_costs(self.model, self.draft, self.preverifier, max_tokens, self.costs, prior)
+            stats.use_costs(costs)
+        return PacerStoppingCriteria(self.preverifier, stats, costs)
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,38 @@ def stage_examples(records: list[dict], work: Path, max_tokens: int, max_ngram: 
     return examples
 
 
+# -- the stdlib demo target's prompts -------------------------------------------------------------------------
+
+
+def stdlib_prompts(tokenizer, splits_file: Path, n: int = 480, prompt_tokens: int = 192,
+                   seed: int = 0) -> list[tuple[str, str, list[int]]]:
+    """(key, category, prompt ids) for the stdlib demo target's answers: windows of its TRAIN-split files
+    ("stdlib-train", ordinary library code) and of the stdlib's test suites outside the benchmark's tenth
+    ("stdlib-tests", the repetitive code the benchmark's `boilerplate` category samples). Never a file the
+    benchmark draws from."""
+    import random
+    import sysconfig
+
+    from ..bench.prompts import stdlib_test_files
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    train = [root / rel for rel in json.loads(Path(splits_file).read_text())["train"]]
+    benchmarked = set(stdlib_test_files())
+    tests = [p for p in sorted((root / "test").glob("test_*.py")) if p not in benchmarked]
+    rng = random.Random(seed)
+    out = []
+    for category, files, count in (("stdlib-train", train, n - n // 3), ("stdlib-tests", tests, n // 3)):
+        for _ in range(count):
+            path = rng.choice(files)
+            ids = tokenizer(path.read_text(encoding="utf-8", errors="replace"))["input_ids"]
+            if len(ids) < prompt_tokens + 64:
+                continue
+            start = rng.randrange(0, len(ids) - prompt_tokens - 64)
+            out.append((f"{category}/{path.relative_to(root).as_posix()}@{start}", category,
+                        ids[start : start + prompt_tokens]))
+    return out
+
+
 # -- training ------------------------------------------------------------------------------------------------
 
 
@@ -143,10 +175,12 @@ class GateExamples(torch.utils.data.Dataset):
 
 
 def stage_train(examples: dict, work: Path, *, max_tokens: int, max_ngram: int, epochs: float, lr: float,
-                batch_size: int, seed: int, target_name: str, vocab_size: int) -> PacerLookupGate:
+                batch_size: int, seed: int, target_name: str, vocab_size: int | None,
+                name: str = TRAINED) -> PacerLookupGate:
+    """Train a gate on `examples` (Trainer; held-out answers are the eval set), cached in work/<name>."""
     from transformers import Trainer, TrainingArguments
 
-    out = work / TRAINED
+    out = work / name
     if (out / "config.json").is_file():
         return PacerLookupGate.from_pretrained(out).eval()
     pairs = list(zip(examples["per_record"], examples["records"]))
@@ -157,7 +191,7 @@ def stage_train(examples: dict, work: Path, *, max_tokens: int, max_ngram: int, 
     torch.manual_seed(seed)
     gate = PacerLookupGate(config)
     args = TrainingArguments(
-        output_dir=str(work / "trainer"), per_device_train_batch_size=batch_size, per_device_eval_batch_size=1024,
+        output_dir=str(work / f"trainer-{name}"), per_device_train_batch_size=batch_size, per_device_eval_batch_size=1024,
         num_train_epochs=epochs, learning_rate=lr, lr_scheduler_type="cosine", warmup_steps=0.05,
         eval_strategy="epoch", save_strategy="no", logging_steps=50, report_to=[], use_cpu=True, seed=seed,
         dataloader_num_workers=0,
@@ -231,123 +265,140 @@ def speed_table(gate: PacerLookupGate, examples: dict, cost: list[float], max_to
 # -- the command ---------------------------------------------------------------------------------------------
 
 
+TARGETS = {"smollm2": "SmolLM2-135M-Instruct", "stdlib": "the stdlib demo target (pacer_hf hub_cards/demo-target)"}
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--work-dir", default="smollm2-lookup-work", help="where stages keep their results")
     parser.add_argument("--stage", default="all", choices=("all", "responses", "train", "ship"),
                         help="responses, then train (examples + Trainer + costs), then ship")
+    parser.add_argument("--targets", default="smollm2",
+                        help="comma-separated pairs whose targets' answers train the gate (smollm2, stdlib). One target: "
+                        "a gate for it, shipped with its measured round costs as a prior. Several: the default "
+                        "gate for any causal LM (no cost table; leave-one-target-out results in its card); "
+                        "each target's stages run in --work-dir/<target>")
     parser.add_argument("--cache-dir", default=None, help="load_pair('smollm2', cache_dir=...)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--sampled-prompts", type=int, default=320,
                         help="train prompts also answered with T=1 samples (the sampling rows' data)")
+    parser.add_argument("--responses-minutes", type=float, default=None,
+                        help="per target: stop starting new batches of greedy answers after this (sampled: a third)")
     parser.add_argument("--max-tokens", type=int, default=10, help="most lookup tokens per round (scored)")
     parser.add_argument("--max-ngram", type=int, default=3, help="longest n-gram searched")
     parser.add_argument("--epochs", type=float, default=4.0)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--cost-context", type=int, default=400, help="cached prefix for the verify timings")
-    parser.add_argument("--out", default=None, help="ship folder (default hub_cards/smollm2-lookup-gate)")
+    parser.add_argument("--out", default=None, help="ship folder (default hub_cards/smollm2-lookup-gate, or "
+                        "hub_cards/default-lookup-gate with several targets)")
     parser.add_argument("--seed", type=int, default=0)
 
 
-def run(args) -> int:
+def target_records(name: str, work: Path, args) -> tuple[list[dict], object]:
+    """(answers of target `name` tagged with it, its pair), generating them first when the stage asks."""
     from ..pairs import load_pair
     from .smollm2_draft import RESPONSES, SAMPLED_RESPONSES, smollm2_prompts, stage_responses
     from .smollm2_draft_train import read_records
 
-    torch.set_num_threads(args.threads)
-    work = Path(args.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    pair = load_pair("smollm2", cache_dir=args.cache_dir, cards_dir=work / "no-cards")
+    if name == "smollm2":
+        pair = load_pair("smollm2", cache_dir=args.cache_dir, cards_dir=work / "no-cards")
+        prompts, batch = smollm2_prompts(pair.tokenizer), 8
+    else:
+        from .._paths import hub_cards_dir
+
+        pair = load_pair("stdlib")
+        prompts, batch = stdlib_prompts(pair.tokenizer, hub_cards_dir() / "demo-target" / "corpus_splits.json"), 32
     if args.stage in ("all", "responses"):
-        prompts = smollm2_prompts(pair.tokenizer)
-        stage_responses(pair.target, pair.tokenizer, prompts, work)
+        budget = None if args.responses_minutes is None else 60 * args.responses_minutes
+        stage_responses(pair.target, pair.tokenizer, prompts, work, batch_size=batch, budget_s=budget)
         if args.sampled_prompts:
-            stage_responses(pair.target, pair.tokenizer, prompts[: args.sampled_prompts], work, do_sample=True)
-    if args.stage == "responses":
-        return 0
+            stage_responses(pair.target, pair.tokenizer, prompts[: args.sampled_prompts], work, batch_size=batch,
+                            do_sample=True, budget_s=budget and budget / 3)
     records = read_records(work / RESPONSES) + [
         {**r, "key": "sampled:" + r["key"], "sampled": True} for r in read_records(work / SAMPLED_RESPONSES)]
-    if not records:
+    if not records and args.stage != "responses":
         raise SystemExit(f"No answers in {work / RESPONSES}: run --stage responses first.")
-    examples = stage_examples(records, work, args.max_tokens, args.max_ngram)
-    gate = stage_train(examples, work, max_tokens=args.max_tokens, max_ngram=args.max_ngram, epochs=args.epochs,
-                       lr=args.lr, batch_size=args.batch_size, seed=args.seed, target_name="SmolLM2-135M-Instruct",
-                       vocab_size=pair.target.get_output_embeddings().weight.shape[0])
-    costs_path = work / COSTS
-    if not costs_path.is_file():
-        costs_path.write_text(json.dumps(measure_round_cost(pair.target, args.max_tokens, args.cost_context), indent=1))
-    costs = json.loads(costs_path.read_text())
-    print("round cost (k proposed tokens -> relative time):", costs["round_cost"])
+    return [{**r, "target": name} for r in records], pair
+
+
+def target_costs(pair, work: Path, args) -> dict:
+    """This machine's round costs for the pair's target (work/lookup_costs.json): for the simulations and a
+    single-target gate's prior."""
+    path = work / COSTS
+    if not path.is_file():
+        path.write_text(json.dumps(measure_round_cost(pair.target, args.max_tokens, args.cost_context), indent=1))
+    return json.loads(path.read_text())
+
+
+def merge(parts: list[dict]) -> dict:
+    """One examples dict from several (records and per-record tensors side by side)."""
+    return {"records": [r for p in parts for r in p["records"]], "per_record": [e for p in parts for e in p["per_record"]]}
+
+
+def run(args) -> int:
+    torch.set_num_threads(args.threads)
+    names = [n.strip() for n in args.targets.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(TARGETS))
+    if unknown or not names:
+        raise SystemExit(f"--targets {args.targets!r}: choose from {', '.join(TARGETS)}.")
+    work = Path(args.work_dir)
+    several = len(names) > 1
+    examples, costs, pairs = {}, {}, {}
+    for name in names:
+        target_work = work / name if several else work
+        target_work.mkdir(parents=True, exist_ok=True)
+        records, pairs[name] = target_records(name, target_work, args)
+        if args.stage == "responses":
+            continue
+        examples[name] = stage_examples(records, target_work, args.max_tokens, args.max_ngram)
+        for record in examples[name]["records"]:
+            record["target"] = name
+        costs[name] = target_costs(pairs[name], target_work, args)
+        print(f"{name}: round cost (k proposed tokens -> relative time):", costs[name]["round_cost"])
+    if args.stage == "responses":
+        return 0
+    options = dict(max_tokens=args.max_tokens, max_ngram=args.max_ngram, epochs=args.epochs, lr=args.lr,
+                   batch_size=args.batch_size, seed=args.seed)
+    vocab = None if several else pairs[names[0]].target.get_output_embeddings().weight.shape[0]
+    gate = stage_train(merge(list(examples.values())), work, target_name=" + ".join(TARGETS[n] for n in names),
+                       vocab_size=vocab, **options)
     if args.stage == "train":
         return 0
-    table = speed_table(gate, examples, costs["round_cost"], args.max_tokens)
-    for category, row in table.items():
-        print(f"{category:16s} " + " ".join(f"{k}={v}" for k, v in row.items()))
+    tables, left_out = {}, {}
+    for name in names:
+        tables[name] = speed_table(gate, examples[name], costs[name]["round_cost"], args.max_tokens)
+        if several:  # the gate trained without this target's answers, on this target's held-out answers
+            others = merge([examples[n] for n in names if n != name])
+            alone = stage_train(others, work, target_name="without " + name, vocab_size=None,
+                                name=f"{TRAINED}-without-{name}", **options)
+            left_out[name] = speed_table(alone, examples[name], costs[name]["round_cost"], args.max_tokens)
+        for category, row in tables[name].items():
+            print(f"{name:8s} {category:20s} " + " ".join(f"{k}={v}" for k, v in row.items()))
+            if several:
+                print(f"{'':8s} {'(target left out)':20s} gate={left_out[name][category]['gate']}")
     gate.config.decision_rule = "expected_gain"
-    gate.config.round_cost = costs["round_cost"]
-    gate.config.training = {**(gate.config.training or {}), "costs": costs, "simulated_speed": table,
-                            "answers": sum(not r.get("sampled") for r in records),
-                            "answer_tokens": sum(len(r["response"]) for r in records if not r.get("sampled")),
-                            "sampled_answers": sum(bool(r.get("sampled")) for r in records),
-                            "sampled_tokens": sum(len(r["response"]) for r in records if r.get("sampled")),
-                            "command": {k: v for k, v in vars(args).items()
-                                        if not k.startswith("_") and k not in ("command", "stage", "out", "cache_dir",
-                                                                               "work_dir")},
-                            "built": time.strftime("%Y-%m-%d")}
+    gate.config.round_cost = None if several else costs[names[0]]["round_cost"]
+    all_records = [r for n in names for r in examples[n]["records"]]
+    answers = {n: [r for r in all_records if r["target"] == n] for n in names}
+    tokens = {n: {"greedy": 0, "sampled": 0} for n in names}
+    for name in names:
+        for entry, record in zip(examples[name]["per_record"], examples[name]["records"]):
+            tokens[name]["sampled" if record.get("sampled") else "greedy"] += len(entry["accepted"])
+    gate.config.training = {
+        **(gate.config.training or {}), "targets": names,
+        "answers": {n: {"greedy": sum(not r.get("sampled") for r in answers[n]),
+                        "sampled": sum(bool(r.get("sampled")) for r in answers[n]), "tokens": tokens[n]} for n in names},
+        "costs": costs, "simulated_speed": tables, "simulated_speed_target_left_out": left_out or None,
+        "command": {k: v for k, v in vars(args).items()
+                    if not k.startswith("_") and k not in ("command", "stage", "out", "cache_dir", "work_dir")},
+        "built": time.strftime("%Y-%m-%d"),
+    }
     from .._paths import hub_cards_dir
 
-    out = Path(args.out) if args.out else hub_cards_dir() / "smollm2-lookup-gate"
+    out = Path(args.out) if args.out else hub_cards_dir() / ("default-lookup-gate" if several else "smollm2-lookup-gate")
     gate.save_pretrained(out)
-    write_card(out / "README.md", gate.config)
+    from .lookup_gate_card import write_card
+
+    write_card(out / "README.md", gate.config, TARGETS)
     print(f"saved the lookup gate to {out}")
     return 0
-
-
-def write_card(path: Path, config: PacerLookupGateConfig) -> None:
-    info = config.training
-    costs = info["costs"]
-    names = list(next(iter(info["simulated_speed"].values())))
-    rows = "\n".join(f"| {cat} | " + " | ".join(str(row[n]) for n in names) + " |"
-                     for cat, row in info["simulated_speed"].items())
-    path.write_text(f"""---
-library_name: pacer_hf
-tags: [speculative-decoding, prompt-lookup, pacer]
-base_model: HuggingFaceTB/SmolLM2-135M-Instruct
----
-# Lookup gate for SmolLM2-135M-Instruct
-
-Pacer's stop rule for prompt lookup: with it, `generate(..., prompt_lookup_num_tokens=N, pacer=True)` proposes,
-each round, only as many lookup tokens as it expects to pay (zero included). It is an MLP ({config.hidden_size}
-wide, {NUM_LOOKUP_FEATURES} features of the lookup match: `pacer_hf.modeling_lookup_gate.FEATURES`) that scores each
-of up to {config.max_lookup_tokens} lookup tokens; `decision_rule="{config.decision_rule}"` proposes the prefix with
-the most expected tokens per unit of time under `round_cost`, measured on the machine that trained it.
-
-    import pacer_hf
-    from pacer_hf.pairs import load_pair
-    pair = load_pair("smollm2")          # attaches this gate to pair.target
-    out = pair.target.generate(ids, prompt_lookup_num_tokens=10, pacer=True, max_new_tokens=128)
-
-## Training
-- Data: {info['answers']} greedy answers of SmolLM2-135M-Instruct ({info['answer_tokens']} tokens) to train-split
-  chat prompts of `pacer_hf.bench.chat_prompts` (never the benchmark's prompts), and {info['sampled_answers']}
-  T=1 sampled answers ({info['sampled_tokens']} tokens) to the first of them; answers held out by key for
-  evaluation. Every answer position with a lookup match is a round: in greedy answers labelled with whether
-  the answer continues with each lookup token (feature `sampling` = 0), in sampled answers with the
-  target's T=1 probability of it (`sampling` = 1): {info['train_rounds']} training rows, {info['eval_rounds']}
-  held out; held-out loss {info['eval_loss']}.
-- `transformers.Trainer`, {info['epochs']} epochs, lr {info['lr']}.
-- Round cost (target forward of k + 1 tokens after a {costs['context']}-token cached prefix, relative to one
-  token, {costs['threads']} thread, median of {costs['repeats']}): {costs['round_cost']}
-  (ms: {costs['verify_ms']}).
-- Command: `pacer-hf train-lookup-gate --work-dir W {' '.join(f'--{k.replace("_", "-")} {v}'
-                                                       for k, v in info['command'].items() if v is not None)}`
-
-## Simulated speed over plain decoding on held-out answers (greedy)
-Replaying each answer round by round with the measured round cost; fixed-N proposes every lookup
-token up to N, `oracle` proposes the best length per round knowing the answer. Measured speeds, greedy
-and sampling, come from `pacer-hf bench --pair smollm2` (pacer_hf's docs/LOOKUP.md).
-
-| category | {' | '.join(names)} |
-|---|{'---|' * len(names)}
-{rows}
-""")

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...loops.candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
+from ...loops.candidate_generator import PacerCandidateGenerator
+from ...loops.round_costs import lookup_costs
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 from .generator import LookupCandidateGenerator, LookupStats
 
@@ -68,13 +69,17 @@ def build(config: LookupConfig, context: StrategyContext) -> StrategyCall:
     def make(generation_config, logits_processor) -> LookupCandidateGenerator:
         drafting = None
         if context.draft is not None:
-            stop = PacerStoppingCriteria(preverifier, stats) if preverifier is not None else None
             gamma = preverifier.config.max_draft_tokens if preverifier is not None else config.draft_tokens
             drafting = PacerCandidateGenerator(context.draft, generation_config, logits_processor,
-                                               max_draft_tokens=gamma, stats=stats, stop=stop,
+                                               max_draft_tokens=gamma, stats=stats,
+                                               stop=context.preverifier_stop(stats, gamma),
                                                draft_forward=context.draft_forward)
+        costs = None
+        if gate is not None and gate.config.decision_rule == "expected_gain":
+            costs = lookup_costs(context.model, num_tokens, context.costs, gate.config.round_cost)
+            stats.use_costs(costs)
         return LookupCandidateGenerator(generation_config, num_tokens=num_tokens, max_ngram=max_ngram, gate=gate,
-                                        stats=stats, drafting=drafting)
+                                        stats=stats, drafting=drafting, costs=costs)
 
     return StrategyCall(name=config.name, make=make, stats=stats)
 

@@ -10,6 +10,7 @@ from transformers import GenerationConfig
 
 from ..._hf_compat import CandidateGenerator
 from ...loops.candidate_generator import PacerCandidateGenerator
+from ...loops.round_costs import RoundCosts
 from ...modeling_lookup_gate import PacerLookupGate, find_lookup, lookup_features
 from ...stats import PacerStats
 
@@ -39,8 +40,12 @@ class LookupCandidateGenerator(CandidateGenerator):
     with none proposed, `drafting` (a draft model's generator) proposes instead, or nothing does."""
 
     def __init__(self, generation_config: GenerationConfig, *, num_tokens: int, max_ngram: int,
-                 gate: PacerLookupGate | None, stats: LookupStats, drafting: PacerCandidateGenerator | None = None):
+                 gate: PacerLookupGate | None, stats: LookupStats, drafting: PacerCandidateGenerator | None = None,
+                 costs: RoundCosts | None = None):
         self.num_tokens = num_tokens
+        self.costs = costs  # what a round proposing k lookup tokens costs here; refined by every round
+        self.round_start: float | None = None  # None: the first round (it reads the prompt), or a draft round
+        self.proposed = 0
         self.max_ngram = max_ngram
         self.gate = gate
         self.stats = stats
@@ -54,8 +59,10 @@ class LookupCandidateGenerator(CandidateGenerator):
 
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
+        start = time.perf_counter()
         cur_len = input_ids.shape[1]
-        if self.prompt_length is None:
+        first = self.prompt_length is None
+        if first:
             self.prompt_length = cur_len
         budget = min(self.num_tokens, self.max_length - cur_len - 1)
         tokens = self._lookup(input_ids[0], budget) if budget > 0 else []
@@ -64,6 +71,7 @@ class LookupCandidateGenerator(CandidateGenerator):
             return self.drafting.get_candidates(input_ids)
         self.stats.target_forwards += 1
         self.stats.draft_lengths.append(len(tokens))
+        self.round_start, self.proposed = (None if first else start), len(tokens)
         if not tokens:
             return input_ids, None
         proposal = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
@@ -81,7 +89,8 @@ class LookupCandidateGenerator(CandidateGenerator):
                                            self.gate.config.max_lookup_tokens, self.gate.config.max_ngram_size,
                                            self.sampling)
                 survival = self.gate.survival(features.to(self.gate.device, self.gate.dtype)).tolist()
-                tokens = tokens[: self.gate.choose_length(survival)]
+                costs = self.costs.seconds() if self.costs is not None else None
+                tokens = tokens[: self.gate.choose_length(survival, costs)]
             for i, token in enumerate(tokens):
                 if token in self.eos:  # nothing after EOS can be accepted
                     tokens = tokens[: i + 1]
@@ -90,7 +99,11 @@ class LookupCandidateGenerator(CandidateGenerator):
         return tokens
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
-        """Record the outcome; keep the target's probability of its last choice for the gate's next round."""
+        """Record the outcome and what the round cost; keep the target's probability of its last choice for the
+        gate's next round."""
+        if self.round_start is not None and self.costs is not None:
+            self.costs.observe(self.proposed, time.perf_counter() - self.round_start)
+            self.round_start = None
         self.stats.accepted.append(int(num_matches))
         if self.gate is not None:
             start = time.perf_counter()

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...loops.batch_loop import BatchPlan
-from ...loops.candidate_generator import PacerStoppingCriteria
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 from .generator import BatchPhrases, OuroborosCandidateGenerator, OuroborosStats
 from .pool import PhrasePool, phrase_pool, pool_for, reset_phrase_pool
@@ -99,12 +98,12 @@ def build(config: OuroborosConfig, context: StrategyContext) -> StrategyCall:
     pool = pool_for(context.model, context.draft, config.pool_shape)
     stats = OuroborosStats(strategy=name)
     preverifier = context.preverifier
-    stop = PacerStoppingCriteria(preverifier, stats) if preverifier is not None else None
     max_draft_tokens = preverifier.config.max_draft_tokens if preverifier is not None else config.draft_tokens
 
     def make(generation_config, logits_processor) -> OuroborosCandidateGenerator:
         return OuroborosCandidateGenerator(context.draft, generation_config, logits_processor,
-                                           max_draft_tokens=max_draft_tokens, stats=stats, stop=stop,
+                                           max_draft_tokens=max_draft_tokens, stats=stats,
+                                           stop=context.preverifier_stop(stats, max_draft_tokens),
                                            draft_forward=context.draft_forward, pool=pool, config=config)
 
     def record_pool_size() -> None:

@@ -18,7 +18,6 @@ import weakref
 import torch
 from transformers import PreTrainedModel
 
-from ...loops.candidate_generator import PacerStoppingCriteria
 from ...timing import cached_forward_timer
 from ..registry import STRATEGIES, StrategyCall, StrategyContext, register_strategy
 from .config import PearlConfig, PearlStats
@@ -69,7 +68,6 @@ def build(config: PearlConfig, context: StrategyContext) -> StrategyCall:
     """One `generate` call's PEARL: gamma, worker mode and the draft's sampling seed are fixed here."""
     stats = PearlStats(strategy=_name(config))
     preverifier = context.preverifier
-    stop = PacerStoppingCriteria(preverifier, stats) if preverifier is not None else None
     gamma = config.gamma or (max(2, preverifier.config.max_draft_tokens) if preverifier is not None else None)
     mode = worker_mode(config, context.draft)
     gamma = gamma or measure_gamma(context.model, context.draft, config.max_gamma)
@@ -81,7 +79,8 @@ def build(config: PearlConfig, context: StrategyContext) -> StrategyCall:
 
     def make(generation_config, logits_processor) -> PearlCandidateGenerator:
         generator = PearlCandidateGenerator(context.draft, generation_config, logits_processor, config=config,
-                                            mode=mode, gamma=gamma, stats=stats, stop=stop, seed=seed,
+                                            mode=mode, gamma=gamma, stats=stats,
+                                            stop=context.preverifier_stop(stats, gamma), seed=seed,
                                             draft_forward=context.draft_forward)
         generators.append(generator)
         return generator

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...loops.batch_loop import BatchPlan
-from ...loops.candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
+from ...loops.candidate_generator import PacerCandidateGenerator
 from ...stats import PacerStats
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 
@@ -40,11 +40,11 @@ def build(config: SpeculativeConfig, context: StrategyContext) -> StrategyCall:
     stats = PacerStats(strategy=config.name)
     preverifier = context.preverifier
     gamma = config.gamma or preverifier.config.max_draft_tokens
-    stop = PacerStoppingCriteria(preverifier, stats) if preverifier is not None else None
 
     def make(generation_config, logits_processor) -> PacerCandidateGenerator:
         return PacerCandidateGenerator(context.draft, generation_config, logits_processor, max_draft_tokens=gamma,
-                                       stats=stats, stop=stop, draft_forward=context.draft_forward)
+                                       stats=stats, stop=context.preverifier_stop(stats, gamma),
+                                       draft_forward=context.draft_forward)
 
     def batch(cache_mode: str) -> BatchPlan:
         return BatchPlan(context.draft, gamma, stats, preverifier, cache_mode,

@@ -1,0 +1,242 @@
+"""What a round costs where the call runs: the numbers behind every expected-gain decision.
+
+A stop rule compares expected tokens per unit of time across proposal lengths, so it needs the cost of
+a round that proposes k tokens with this model, device, dtype and thread count, never the machine a
+gate or pre-verifier was trained on: matrix kernels change the curve's shape between CPUs (on one,
+2-3 rows of a large output layer are the slow widths; on another, 4 and more are) and a GPU's is flat.
+Costs come from, best last:
+
+- `prior`:  a table shipped in the gate's or pre-verifier's config (the training machine's), used only
+            when asked for (`pacer_costs="prior"`);
+- `probe`:  on first use, a short timing of the target's cached forwards of every verify width (and,
+            for a draft, its step and the pre-verifier's per-token cost), interleaved, minimum over
+            passes; cached for the process and, when `$PACER_HF_COST_CACHE` names a file, on disk,
+            keyed by what it measured;
+- `online`: the loop's own round timings per proposal length (from handing out the candidates to
+            receiving the verdict), refining the probe as the call runs and across calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from collections import deque
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from .._hf_compat import CACHE_KWARG, crop_cache, new_cache
+
+COST_MODES = ("measure", "probe", "prior")  # pacer_costs=...; or a list of relative costs k = 0..K
+COST_CACHE_ENV = "PACER_HF_COST_CACHE"
+PROBE_BUDGET_S = 2.0  # the forward probe stops starting passes after this (at least one pass runs)
+PROBE_PASSES = 5
+PROBE_CONTEXT = 64
+MIN_SAMPLES = 3  # online rounds of one length before their median replaces the probe's figure
+WINDOW = 64  # online rounds kept per length
+
+
+def check_cost_mode(value) -> str | list[float]:
+    """generate's pacer_costs=: where expected-gain rules take round costs. "measure" (default: a probe on first
+    use, refined by the call's own rounds), "probe", "prior" (the config's table, measured where the gate or
+    pre-verifier was trained), or a list of relative costs for k = 0, 1, ... proposed tokens."""
+    if isinstance(value, (list, tuple)):
+        if not value or not all(isinstance(v, (int, float)) and v > 0 for v in value):
+            raise ValueError(f"pacer_costs={value!r}: a cost list needs positive numbers, one per proposed-token "
+                             "count k = 0, 1, ... (k = 0: one plain decoding step).")
+        return [float(v) for v in value]
+    if value not in COST_MODES:
+        raise ValueError(f"pacer_costs={value!r}: choose one of {COST_MODES} (default 'measure') or pass a list of "
+                         "relative round costs.")
+    return value
+
+
+class RoundCosts:
+    """Seconds of a round proposing k = 0..K tokens: `probe[k]` from the probe (or a given table), refined by
+    `observe(k, seconds)`. A length with `MIN_SAMPLES` observed rounds uses their median; the others, the
+    probe scaled by the median observed/probed ratio (the probe's short context and bare forwards make all
+    lengths cheaper alike). Decisions compare rates across lengths, so only the curve's shape matters."""
+
+    def __init__(self, probe: list[float], source: str, describe: dict | None = None, probe_seconds: float = 0.0,
+                 online: bool = True):
+        if not probe or min(probe) <= 0:
+            raise ValueError(f"round costs must be positive numbers, one per proposal length k = 0..K; got {probe!r}.")
+        self.probe = [float(v) for v in probe]
+        self.source = source
+        self.describe = describe or {}
+        self.probe_seconds = probe_seconds
+        self.online = online
+        self.samples: dict[int, deque] = {}
+        self._seconds: list[float] | None = None
+
+    def observe(self, k: int, seconds: float) -> None:
+        if self.online and 0 <= k < len(self.probe):
+            self.samples.setdefault(k, deque(maxlen=WINDOW)).append(seconds)
+            self._seconds = None
+
+    def seconds(self) -> list[float]:
+        """The current estimate per k (recomputed only after new observations)."""
+        if self._seconds is None:
+            observed = {k: statistics.median(v) for k, v in self.samples.items() if len(v) >= MIN_SAMPLES}
+            scale = statistics.median([observed[k] / self.probe[k] for k in observed]) if observed else 1.0
+            self._seconds = [observed.get(k, self.probe[k] * scale) for k in range(len(self.probe))]
+        return self._seconds
+
+    def table(self) -> list[float]:
+        """The estimate relative to k = 0 (one plain decoding step for prompt lookup)."""
+        seconds = self.seconds()
+        return [v / seconds[0] for v in seconds]
+
+    def summary(self) -> dict:
+        """What decided the call, for `last_stats(model).costs`."""
+        observed = {k: len(v) for k, v in sorted(self.samples.items()) if len(v) >= MIN_SAMPLES}
+        return {"source": self.source + ("+online" if observed else ""), "table": [round(v, 4) for v in self.table()],
+                "probe_seconds": round(self.probe_seconds, 3), "online_rounds": observed, **self.describe}
+
+
+_PROCESS: dict[str, RoundCosts] = {}  # one per key: online refinements carry over between calls
+_FORWARDS: dict[str, tuple[list[float], float]] = {}  # key -> (seconds per verify width, probe wall time)
+
+
+def resolve_costs(mode, *, prior: list[float] | None, what: str, probe) -> RoundCosts:
+    """The RoundCosts a call decides with. `mode`: "measure" (probe + online), "probe", "prior" (`prior`, the
+    config's table), or a list of relative costs k = 0..K. `probe()` returns (key, describe, seconds, wall)."""
+    if isinstance(mode, (list, tuple)):
+        return RoundCosts(list(mode), "given", online=False)
+    if mode == "prior":
+        if not prior:
+            raise ValueError(f"pacer_costs='prior': {what} has no cost table in its config; pass pacer_costs="
+                             "'measure' (the default) to measure this machine's.")
+        return RoundCosts(list(prior), "prior", online=False)
+    if mode not in ("measure", "probe"):
+        raise ValueError(f"pacer_costs={mode!r}: choose one of {COST_MODES} or pass a list of relative round costs "
+                         "(k = 0, 1, ... proposed tokens).")
+    key, describe, seconds, wall = probe()
+    key = f"{mode}:{key}"
+    if key not in _PROCESS:
+        _PROCESS[key] = RoundCosts(seconds, "probe", describe, wall, online=mode == "measure")
+    return _PROCESS[key]
+
+
+def lookup_costs(model: PreTrainedModel, max_tokens: int, mode, prior: list[float] | None) -> RoundCosts:
+    """Prompt lookup proposing k = 0..max_tokens tokens: a target forward over k + 1 tokens per round."""
+    return resolve_costs(mode, prior=prior, what="the lookup gate", probe=lambda: forward_costs(model, max_tokens + 1))
+
+
+def cached_probe(key: str, measure) -> tuple[list[float], float]:
+    """(`measure()`, its wall time), measured once per process for `key`."""
+    if key not in _FORWARDS:
+        start = time.perf_counter()
+        value = measure()
+        _FORWARDS[key] = (value, time.perf_counter() - start)
+    return _FORWARDS[key]
+
+
+def forward_costs(model: PreTrainedModel, widths: int) -> tuple[str, dict, list[float], float]:
+    """(key, description, seconds of a cached forward over 1..widths tokens, probe wall time): from this
+    process's earlier probe, the disk cache, or a new probe (`time_forwards`)."""
+    key = model_key(model) + f"|w{widths}"
+    describe = {"device": str(model.device), "dtype": str(model.dtype).replace("torch.", ""),
+                "threads": torch.get_num_threads(), "processor": _processor()}
+    if key not in _FORWARDS:
+        cached = _read_disk(key)
+        if cached is not None:
+            _FORWARDS[key] = (cached, 0.0)
+        else:
+            start = time.perf_counter()
+            seconds = time_forwards(model, widths)
+            _FORWARDS[key] = (seconds, time.perf_counter() - start)
+            _write_disk(key, describe, seconds)
+    seconds, wall = _FORWARDS[key]
+    return hashlib.sha1(key.encode()).hexdigest()[:16], describe, list(seconds), wall
+
+
+@torch.no_grad()
+def time_forwards(model: PreTrainedModel, widths: int, context: int = PROBE_CONTEXT,
+                  budget_s: float = PROBE_BUDGET_S) -> list[float]:
+    """Seconds of one cached forward over w = 1..widths new tokens after a `context`-token prefix: every width
+    once per pass, passes until `budget_s` (at least one, at most PROBE_PASSES), minimum per width."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, vocab, (1, context), generator=generator).to(model.device)
+    tokens = torch.randint(0, vocab, (1, widths), generator=generator).to(model.device)
+    cache = new_cache(model.config)
+    model(input_ids=prefix, use_cache=True, **{CACHE_KWARG: cache})
+    cuda = model.device.type == "cuda"
+    best = [float("inf")] * widths
+    start = time.perf_counter()
+
+    def forward(width: int) -> float:
+        if cuda:
+            torch.cuda.synchronize(model.device)
+        begin = time.perf_counter()
+        model(input_ids=tokens[:, :width], use_cache=True, **{CACHE_KWARG: cache})
+        if cuda:
+            torch.cuda.synchronize(model.device)
+        elapsed = time.perf_counter() - begin
+        crop_cache(cache, context)
+        return elapsed
+
+    forward(1)  # warm-up
+    for passes in range(PROBE_PASSES):
+        if passes and time.perf_counter() - start > budget_s:
+            break
+        for width in range(1, widths + 1):
+            best[width - 1] = min(best[width - 1], forward(width))
+    return best
+
+
+def model_key(model) -> str:
+    """What a probe of `model` depends on: its class, configuration, size, dtype, device, thread count,
+    processor and the torch version."""
+    config = model.config.to_dict()
+    config.pop("_name_or_path", None)
+    config.pop("transformers_version", None)
+    text = json.dumps([type(model).__name__, config, model.num_parameters(), str(model.dtype), str(model.device),
+                       torch.get_num_threads(), _processor(), torch.__version__], sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _processor() -> str:
+    """The processor's model name (CPU), or the GPU's when CUDA is in use."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _read_disk(key: str) -> list[float] | None:
+    path = os.environ.get(COST_CACHE_ENV)
+    if not path or not Path(path).is_file():
+        return None
+    try:
+        entry = json.loads(Path(path).read_text()).get(key)
+    except (OSError, ValueError):
+        return None
+    return entry["seconds"] if entry else None
+
+
+def _write_disk(key: str, describe: dict, seconds: list[float]) -> None:
+    path = os.environ.get(COST_CACHE_ENV)
+    if not path:
+        return
+    file = Path(path)
+    try:
+        entries = json.loads(file.read_text()) if file.is_file() else {}
+    except ValueError:
+        entries = {}
+    entries[key] = {**describe, "seconds": seconds, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_suffix(file.suffix + ".tmp")
+    tmp.write_text(json.dumps(entries, indent=1))
+    tmp.replace(file)

@@ -1,0 +1,161 @@
+"""Round costs from the machine that runs the call (loops/round_costs.py): probe, online refinement, disk
+cache, `pacer_costs=`, and decisions that follow the cost curve, for the lookup gate and the pre-verifier."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import build_draft, build_model, make_preverifier, plain_greedy
+
+import pacer_hf
+from pacer_hf.loops import round_costs
+from pacer_hf.loops.round_costs import RoundCosts
+
+REPEATING = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7, 8, 40, 41, 5, 6, 7, 8, 9, 10, 5, 6, 7]])
+FLAT = [1.0] * 11  # a GPU-like curve: verifying 11 tokens costs what one does
+STEEP = [1.0 + 2.0 * k for k in range(11)]  # every proposed token costs two decoding steps
+
+
+@pytest.fixture(autouse=True)
+def fresh_costs(monkeypatch):
+    """Every test starts with no probe cached in the process and no disk cache."""
+    monkeypatch.setattr(round_costs, "_PROCESS", {})
+    monkeypatch.setattr(round_costs, "_FORWARDS", {})
+    monkeypatch.delenv(round_costs.COST_CACHE_ENV, raising=False)
+
+
+@pytest.fixture(scope="module")
+def targets():
+    # two tokenizers' worth of vocabulary: the default gate has no vocabulary lock
+    return {"llama-96": pacer_hf.enable(build_model("llama")),
+            "gpt2-300": pacer_hf.enable(build_model("gpt2", vocab_size=300, seed=3))}
+
+
+def fake_probe(monkeypatch, curve: list[float]) -> list[int]:
+    """Replace the forward probe by a fake cost curve; returns the list the probe's calls are counted in."""
+    calls = []
+
+    def time_forwards(model, widths, **kwargs):
+        calls.append(widths)
+        return [0.01 * curve[w] for w in range(widths)]
+
+    monkeypatch.setattr(round_costs, "time_forwards", time_forwards)
+    return calls
+
+
+def lookup(target, **kwargs):
+    out = target.generate(REPEATING, max_new_tokens=20, do_sample=False, prompt_lookup_num_tokens=10, pacer=True,
+                          **kwargs)
+    return out, pacer_hf.last_stats(target)
+
+
+def test_online_rounds_refine_the_probe():
+    costs = RoundCosts([1.0, 2.0, 4.0], "probe")
+    assert costs.table() == [1.0, 2.0, 4.0]
+    for _ in range(round_costs.MIN_SAMPLES - 1):
+        costs.observe(0, 3.0)
+    assert costs.table() == [1.0, 2.0, 4.0], "too few rounds: the probe still decides"
+    costs.observe(0, 3.0)  # plain steps here cost 3x the probe's: so, presumably, does everything
+    assert costs.seconds() == [3.0, 6.0, 12.0]
+    for _ in range(round_costs.MIN_SAMPLES):
+        costs.observe(1, 3.0)  # but proposing one token turns out to cost no more than a plain step
+    assert costs.table()[:2] == [1.0, 1.0]
+    assert costs.summary()["source"] == "probe+online" and costs.summary()["online_rounds"] == {0: 3, 1: 3}
+    fixed = RoundCosts([1.0, 2.0], "given", online=False)
+    fixed.observe(1, 100.0)
+    assert fixed.table() == [1.0, 2.0]
+    with pytest.raises(ValueError, match="positive"):
+        RoundCosts([1.0, 0.0], "given")
+
+
+@pytest.mark.parametrize("name", ["llama-96", "gpt2-300"])
+def test_default_gate_serves_any_vocabulary_exactly(targets, name):
+    """No gate attached: pacer=True uses the gate shipped in the package; output is the target's; the first call
+    probes this machine (once per process), later calls reuse and refine it."""
+    target = targets[name]
+    assert getattr(target, "_pacer_lookup_gate", None) is None
+    out, stats = lookup(target)
+    assert torch.equal(out, plain_greedy(target, REPEATING, max_new_tokens=20))
+    assert stats.strategy == "pacer-lookup" and stats.costs["source"].startswith("probe")
+    assert stats.costs["probe_seconds"] > 0 and len(stats.costs["table"]) == 11 and stats.costs["table"][0] == 1.0
+    assert stats.costs["device"] == "cpu" and stats.costs["threads"] == torch.get_num_threads()
+    probe = round_costs._FORWARDS.copy()
+    again, stats = lookup(target)
+    assert torch.equal(again, out) and round_costs._FORWARDS == probe, "the probe runs once per process"
+    sampled = target.generate(REPEATING, max_new_tokens=12, do_sample=True, prompt_lookup_num_tokens=10, pacer=True)
+    assert sampled.shape[1] == REPEATING.shape[1] + 12
+
+
+def test_decisions_follow_the_probed_cost_curve(targets, monkeypatch):
+    """The same gate and text: a flat (GPU-like) probed curve proposes lookup tokens, a steep one proposes none."""
+    target = targets["llama-96"]
+    expected = plain_greedy(target, REPEATING, max_new_tokens=20)
+    calls = fake_probe(monkeypatch, FLAT)
+    out, flat = lookup(target, pacer_costs="probe")
+    assert calls == [11] and flat.costs["source"] == "probe" and flat.costs["table"] == FLAT
+    monkeypatch.setattr(round_costs, "_PROCESS", {})
+    monkeypatch.setattr(round_costs, "_FORWARDS", {})
+    fake_probe(monkeypatch, STEEP)
+    out_steep, steep = lookup(target, pacer_costs="probe")
+    assert steep.costs["table"] == pytest.approx(STEEP)
+    assert torch.equal(out, expected) and torch.equal(out_steep, expected)
+    assert sum(flat.draft_lengths) > 0 and sum(steep.draft_lengths) == 0, (flat.draft_lengths, steep.draft_lengths)
+    # a given list decides the same way, without probing
+    given = fake_probe(monkeypatch, STEEP)
+    _, listed = lookup(target, pacer_costs=FLAT)
+    assert listed.costs["source"] == "given" and listed.draft_lengths == flat.draft_lengths and not given
+
+
+def test_probe_is_cached_on_disk_keyed_by_what_it_measured(targets, monkeypatch, tmp_path):
+    target = targets["gpt2-300"]
+    cache = tmp_path / "costs.json"
+    monkeypatch.setenv(round_costs.COST_CACHE_ENV, str(cache))
+    calls = fake_probe(monkeypatch, FLAT)
+    lookup(target, pacer_costs="probe")
+    entries = json.loads(cache.read_text())
+    (entry,) = entries.values()
+    assert entry["seconds"] == pytest.approx([0.01] * 11) and entry["device"] == "cpu" and "processor" in entry
+    monkeypatch.setattr(round_costs, "_PROCESS", {})  # a new process: nothing in memory, the file remains
+    monkeypatch.setattr(round_costs, "_FORWARDS", {})
+    _, stats = lookup(target, pacer_costs="probe")
+    assert calls == [11] and stats.costs["probe_seconds"] == 0.0 and stats.costs["table"] == FLAT
+    torch.set_num_threads(torch.get_num_threads())  # same threads: same key
+    other = targets["llama-96"]
+    lookup(other, pacer_costs="probe")
+    assert calls == [11, 11] and len(json.loads(cache.read_text())) == 2, "another model is another key"
+
+
+def test_preverifier_expected_gain_follows_the_cost_curve(monkeypatch):
+    """A pre-verifier deciding by expected gain drafts on while verifying is cheap, and stops when it is not."""
+    target = pacer_hf.enable(build_model("llama", seed=7))
+    draft = build_draft(target, "noisy")
+    calibration = {"draft_cost": 0.1, "verify_cost": [1.0 + 0.1 * k for k in range(9)], "round_overhead": 0.1}
+    pv = make_preverifier(draft, block_size=1, max_draft_tokens=6, decision_rule="expected_gain",
+                          calibration=calibration)
+    expected = plain_greedy(target, REPEATING, max_new_tokens=16)
+    lengths = {}
+    for name, curve in (("flat", [1.0] * 7), ("steep", [1.0 + 3.0 * k for k in range(7)])):
+        out = target.generate(REPEATING, max_new_tokens=16, do_sample=False, assistant_model=draft, pacer=pv,
+                              pacer_costs=curve)
+        stats = pacer_hf.last_stats(target)
+        assert torch.equal(out, expected) and stats.costs["source"] == "given"
+        lengths[name] = stats.mean_draft_len
+    assert lengths["flat"] > lengths["steep"], lengths
+    out = target.generate(REPEATING, max_new_tokens=16, do_sample=False, assistant_model=draft, pacer=pv)
+    stats = pacer_hf.last_stats(target)
+    assert torch.equal(out, expected) and stats.costs["source"].startswith("probe")
+    assert stats.costs["draft_token_ms"] > 0
+    target.generate(REPEATING, max_new_tokens=16, do_sample=False, assistant_model=draft, pacer=pv, pacer_costs="prior")
+    assert pacer_hf.last_stats(target).costs["source"] == "prior"
+
+
+def test_pacer_costs_errors_name_the_argument(targets):
+    target = targets["llama-96"]
+    with pytest.raises(ValueError, match="pacer_costs='fast'.*'measure'"):
+        lookup(target, pacer_costs="fast")
+    with pytest.raises(ValueError, match="positive numbers"):
+        lookup(target, pacer_costs=[1.0, -1.0])
+    with pytest.raises(ValueError, match="pacer_costs='prior'.*no cost table"):
+        lookup(target, pacer_costs="prior")  # the default gate ships no training machine's table
