@@ -215,7 +215,8 @@ def test_cli_end_to_end_with_a_tiny_tokenizer(tmp_path, capsys):
 
 def test_prompt_lookup_without_a_draft(models, tmp_path):
     """No draft: HF's prompt lookup swept, pacer_hf's lookup-<N>, Pacer-gated lookup (the gate attached to the
-    target) and the lookup oracle, side by side; every greedy output identical to ar."""
+    target, and the package's default gate) and the lookup oracle, side by side; every greedy output identical
+    to ar; the default gate's calls say which round costs decided them."""
     from conftest import make_lookup_gate
 
     target, _, _ = models
@@ -230,7 +231,9 @@ def test_prompt_lookup_without_a_draft(models, tmp_path):
         del target._pacer_lookup_gate
     by = {(r["strategy"], r["temperature"]): r for r in result.records}
     assert {name for name, _ in by} == {"ar", "hf-lookup-3", "hf-lookup-5", "hf-lookup-10", "lookup-10",
-                                        "pacer-lookup", "lookup-oracle"}
+                                        "pacer-lookup", "pacer-lookup-default", "lookup-oracle"}
+    default_calls = [c for c in result.calls if c["strategy"] == "pacer-lookup-default"]
+    assert default_calls and all(c["costs"]["source"].startswith("probe") for c in default_calls)
     for (name, temperature), record in by.items():
         if temperature == 0 and name != "lookup-oracle":
             assert record["identical_to_ar"] is True

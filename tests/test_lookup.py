@@ -8,6 +8,7 @@ and the training pipeline on a tiny model.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pacer_hf
+import pacer_hf.pairs
 from pacer_hf.modeling_lookup_gate import find_lookup, lookup_features
 from pacer_hf.training import lookup_gate as trainer
 
@@ -374,3 +376,52 @@ def test_shipped_gate_code_is_the_package_code_and_loads():
     gate = pacer_hf.PacerLookupGate.from_pretrained(folder)
     assert gate.config.decision_rule == "expected_gain" and len(gate.config.round_cost) == 11
     assert gate.config.vocab_size == 49152
+
+
+def test_default_gate_is_shipped_with_its_card_and_no_cost_table():
+    """hub_cards/default-lookup-gate: trained on two targets' answers, no training machine's costs (generate
+    measures them), and its card is what the trainer writes from its config."""
+    from pacer_hf._paths import hub_cards_dir
+    from pacer_hf.training.lookup_gate_card import write_card
+
+    gate = pacer_hf.default_lookup_gate()
+    assert gate is pacer_hf.default_lookup_gate(), "loaded once per process"
+    config = gate.config
+    assert config.decision_rule == "expected_gain" and config.round_cost is None and config.vocab_size is None
+    assert config.training["targets"] == ["smollm2", "stdlib"]
+    assert set(config.training["simulated_speed_target_left_out"]) == {"smollm2", "stdlib"}
+    folder = hub_cards_dir() / "default-lookup-gate"
+    package = Path(pacer_hf.__file__).parent
+    for name in ("configuration_lookup_gate.py", "modeling_lookup_gate.py"):
+        assert (folder / name).read_text() == (package / name).read_text(), f"{name}: re-save the shipped gate"
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        write_card(Path(tmp) / "README.md", config, trainer.TARGETS)
+        assert (Path(tmp) / "README.md").read_text() == (folder / "README.md").read_text()
+
+
+def test_stdlib_prompts_never_come_from_benchmark_files():
+    from pacer_hf._paths import hub_cards_dir
+    from pacer_hf.bench.prompts import pair_held_out_files, stdlib_test_files
+
+    splits = hub_cards_dir() / "demo-target" / "corpus_splits.json"
+    tokenizer = pacer_hf.pairs.load_demo_pair(hub_cards_dir())[2]
+    prompts = trainer.stdlib_prompts(tokenizer, splits, n=30, prompt_tokens=64)
+    assert prompts == trainer.stdlib_prompts(tokenizer, splits, n=30, prompt_tokens=64), "deterministic"
+    benchmarked = {p.name for p in stdlib_test_files()}
+    held_out = set(pair_held_out_files(hub_cards_dir() / "demo-target"))
+    categories = {category for _, category, _ in prompts}
+    assert categories == {"stdlib-train", "stdlib-tests"}
+    for key, _, ids in prompts:
+        path = key.split("/", 1)[1].rsplit("@", 1)[0]
+        assert len(ids) == 64 and path not in held_out and Path(path).name not in benchmarked
+
+
+def test_numpy_scorer_equals_the_torch_forward(targets):
+    """Generation scores with GateScorer (numpy); its survival probabilities are the gate's own."""
+    gate = gated(targets["llama"], max_lookup_tokens=10)
+    features = torch.rand(10, 10, generator=torch.Generator().manual_seed(0)) * 2 - 0.5
+    assert gate.scorer().survival(features.numpy()) == pytest.approx(gate.survival(features).tolist(), abs=1e-6)
+    shipped = pacer_hf.default_lookup_gate()
+    assert shipped.scorer().survival(features.numpy()) == pytest.approx(shipped.survival(features).tolist(), abs=1e-6)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -56,41 +57,46 @@ class LookupMatch:
     agreement: torch.Tensor  # (k,) float
 
 
-@torch.no_grad()
-def find_lookup(ids: torch.Tensor, max_tokens: int, max_ngram: int) -> LookupMatch | None:
+def find_lookup(ids: torch.Tensor | np.ndarray, max_tokens: int, max_ngram: int) -> LookupMatch | None:
     """Search `ids` (1-D: the text so far) for its last n-gram, longest n first (as HF's prompt lookup).
 
     Of the occurrences of that n-gram, the one whose preceding tokens match the text's furthest back
     (ties: the one followed by more tokens, then the most recent) gives the proposal: the up to
-    `max_tokens` tokens that followed it."""
+    `max_tokens` tokens that followed it. In numpy: a round's search is a few dozen small array operations,
+    and numpy's are several times cheaper to dispatch than torch's."""
+    ids = ids.numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
     length = ids.shape[0]
     for n in range(min(max_ngram, length - 1), 0, -1):
-        windows = ids[: length - 1].unfold(0, n, 1)  # window i = ids[i:i+n], followed by ids[i+n]
-        hits = (windows == ids[length - n :]).all(dim=1).nonzero()[:, 0][-MAX_OCCURRENCES:]
-        if hits.numel() == 0:
+        same = ids[: length - n] == ids[length - n]  # i: does ids[i:i+n] (followed by ids[i+n]) equal the end?
+        for j in range(1, n):
+            same &= ids[j : length - n + j] == ids[length - n + j]
+        hits = np.flatnonzero(same)[-MAX_OCCURRENCES:]
+        if hits.size == 0:
             continue
-        back = torch.arange(1, min(MAX_MATCH_LENGTH, length) + 1)
+        back = np.arange(1, min(MAX_MATCH_LENGTH, length) + 1)
         before = hits[:, None] + n - back  # the occurrence's tokens, end first
-        same = (ids[before.clamp(min=0)] == ids[length - back][None]) & (before >= 0)
-        match_lengths = same.int().cumprod(dim=1).sum(dim=1)
-        continuation = (length - hits - n).clamp(max=max_tokens)
+        same = (ids[np.maximum(before, 0)] == ids[length - back][None]) & (before >= 0)
+        match_lengths = same.cumprod(axis=1).sum(axis=1)
+        continuation = np.minimum(length - hits - n, max_tokens)
         # the longest match, then the longest continuation (up to max_tokens), then the most recent
         best = int(((match_lengths * (max_tokens + 1) + continuation) * (length + 1) + hits).argmax())
         start = int(hits[best]) + n
         tokens = ids[start : min(start + max_tokens, length)]
-        offsets = hits[:, None] + n + torch.arange(tokens.shape[0])
+        offsets = hits[:, None] + n + np.arange(tokens.shape[0])
         available = offsets < length
-        agree = ((ids[offsets.clamp(max=length - 1)] == tokens[None]) & available).int().cumprod(dim=1)
-        agreement = agree.sum(0).float() / available.sum(0).clamp(min=1).float()
-        return LookupMatch(tokens, n, int(match_lengths[best]), int(hits.numel()), start, agreement)
+        agree = ((ids[np.minimum(offsets, length - 1)] == tokens[None]) & available).cumprod(axis=1)
+        agreement = agree.sum(axis=0) / np.maximum(available.sum(axis=0), 1)
+        return LookupMatch(torch.from_numpy(tokens.copy()), n, int(match_lengths[best]), int(hits.size), start,
+                           torch.from_numpy(agreement.astype(np.float32)))
     return None
 
 
-def lookup_features(match: LookupMatch, text_length: int, prompt_length: int, confidence: float | None,
-                    max_tokens: int, max_ngram: int, sampling: bool = False) -> torch.Tensor:
-    """(k, NUM_LOOKUP_FEATURES) float features of a match, one row per proposed token (FEATURES)."""
+def feature_rows(match: LookupMatch, text_length: int, prompt_length: int, confidence: float | None,
+                 max_tokens: int, max_ngram: int, sampling: bool = False) -> np.ndarray:
+    """(k, NUM_LOOKUP_FEATURES) float32 features of a match, one row per proposed token (FEATURES)."""
     k = match.tokens.shape[0]
-    row = torch.tensor([
+    features = np.empty((k, NUM_LOOKUP_FEATURES), dtype=np.float32)
+    features[:] = (
         0.0,
         math.log1p(match.match_length) / math.log1p(MAX_MATCH_LENGTH),
         math.log1p(match.occurrences) / math.log1p(MAX_OCCURRENCES),
@@ -101,11 +107,17 @@ def lookup_features(match: LookupMatch, text_length: int, prompt_length: int, co
         float(confidence is None),
         match.ngram / max_ngram,
         float(sampling),
-    ])
-    features = row.repeat(k, 1)
-    features[:, 0] = torch.arange(1, k + 1) / max_tokens
-    features[:, 3] = match.agreement
+    )
+    features[:, 0] = np.arange(1, k + 1) / max_tokens
+    features[:, 3] = match.agreement.numpy()
     return features
+
+
+def lookup_features(match: LookupMatch, text_length: int, prompt_length: int, confidence: float | None,
+                    max_tokens: int, max_ngram: int, sampling: bool = False) -> torch.Tensor:
+    """`feature_rows` as a torch tensor (training, and gates scored by their torch forward)."""
+    return torch.from_numpy(feature_rows(match, text_length, prompt_length, confidence, max_tokens, max_ngram,
+                                         sampling))
 
 
 def threshold_length(survival: list[float], threshold: float) -> int:
@@ -171,6 +183,11 @@ class PacerLookupGate(PreTrainedModel):
         """(k,) probability that the target accepts at least the first j + 1 tokens."""
         return torch.sigmoid(self.mlp(features).squeeze(-1)).cumprod(dim=-1)
 
+    def scorer(self) -> GateScorer:
+        """A numpy scorer of the gate's current weights: what generation runs every round (build a new one after
+        training)."""
+        return GateScorer(self)
+
     def choose_length(self, survival: list[float], round_cost: list[float] | None = None) -> int:
         """How many of the scored tokens to propose (0..len(survival)), by the config's decision rule.
 
@@ -199,6 +216,35 @@ class PacerLookupGate(PreTrainedModel):
         if parameter is not None:
             local.to(device=parameter.device, dtype=parameter.dtype)
         return local.train(module.training)
+
+
+class GateScorer:
+    """The gate's survival probabilities in numpy, for generation: the MLP is a few hundred multiply-adds over
+    at most `max_lookup_tokens` rows, where torch's per-operation dispatch would be most of the cost (a round of
+    a small target takes a few milliseconds). Equal to `PacerLookupGate.survival` to float rounding (GELU by
+    Abramowitz & Stegun 7.1.26, error < 1.5e-7; tests/test_lookup.py)."""
+
+    def __init__(self, gate: PacerLookupGate):
+        layers = [m for m in gate.mlp if isinstance(m, nn.Linear)]
+        self.layers = [(m.weight.detach().float().cpu().numpy().T.copy(), m.bias.detach().float().cpu().numpy())
+                       for m in layers]
+
+    @staticmethod
+    def _gelu(x: np.ndarray) -> np.ndarray:
+        z = np.abs(x) * (1.0 / math.sqrt(2.0))
+        t = 1.0 / (1.0 + 0.3275911 * z)
+        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        erf = 1.0 - poly * np.exp(-z * z)
+        return 0.5 * x * (1.0 + np.copysign(erf, x))
+
+    def survival(self, features: np.ndarray) -> list[float]:
+        """(k,) probability that the target accepts at least the first j + 1 tokens, as a list."""
+        x = features
+        for weight, bias in self.layers[:-1]:
+            x = self._gelu(x @ weight + bias)
+        weight, bias = self.layers[-1]
+        logits = (x @ weight + bias)[:, 0]
+        return np.cumprod(1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))).tolist()
 
 
 PacerLookupGate.register_for_auto_class("AutoModel")

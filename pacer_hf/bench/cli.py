@@ -34,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pair.add_argument("--draft", help="draft model folder or Hub id (default hub_cards/demo-draft)")
     pair.add_argument("--preverifier", help="pre-verifier folder (default hub_cards/demo-preverifier if present)")
     pair.add_argument("--tokenizer", help="tokenizer folder (default: the target's)")
+    pair.add_argument("--lookup-gate", help="a lookup gate folder attached to the target: strategy pacer-lookup "
+                      "uses it (default: the pair's own, e.g. hub_cards/smollm2-lookup-gate, else the default gate)")
     pair.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     what = parser.add_argument_group("what to run")
     what.add_argument("--strategies", help="comma-separated names (default: all available); "
@@ -193,7 +195,7 @@ def _run(args: argparse.Namespace, report) -> int:
     strategies = _split(args.strategies)
     has_preverifier = preverifier_path is not None
     has_draft = args.pair != "smollm2" or (hub_cards_dir() / "smollm2-draft").is_dir()
-    has_gate = args.pair == "smollm2" and (hub_cards_dir() / "smollm2-lookup-gate").is_dir()
+    has_gate = bool(args.lookup_gate) or (args.pair == "smollm2" and (hub_cards_dir() / "smollm2-lookup-gate").is_dir())
     batch_sizes = _batch_sizes(args.batch_sizes)
     if batch_sizes:
         from .batch import BATCH_STRATEGIES, check_batch_strategies
@@ -225,6 +227,8 @@ def _run(args: argparse.Namespace, report) -> int:
         tokenizer = load_tokenizer(args.tokenizer or target_path)
         check_pair(target, draft, tokenizer)
         preverifier = pacer_hf.load_preverifier(preverifier_path).to(draft.dtype) if preverifier_path else None
+    if args.lookup_gate:
+        pacer_hf.attach(pacer_hf.enable(target), pacer_hf.PacerLookupGate.from_pretrained(args.lookup_gate).eval())
     config = BenchConfig(
         strategies=strategies, categories=categories, temperatures=temperatures,
         prompts_per_category=args.prompts or preset["prompts"], runs=args.runs or preset["runs"],
@@ -259,7 +263,8 @@ def _run(args: argparse.Namespace, report) -> int:
         print(f"pacer-hf bench: FAILED: {error}", file=sys.stderr)
         return 1
     result.meta.update(command=_command(args), heldout_origin=origin,
-                       pair={"target": target_path, "draft": draft_path, "preverifier": preverifier_path},
+                       pair={"target": target_path, "draft": draft_path, "preverifier": preverifier_path,
+                             "lookup_gate": args.lookup_gate},
                        dtype=str(torch.tensor([], dtype=target.dtype).dtype))
     written = report.write_outputs(result, args.out, overwrite=args.overwrite, plots=not args.no_plots)
     print(f"wrote {', '.join(str(p) for p in written)}")

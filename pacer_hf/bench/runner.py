@@ -73,6 +73,7 @@ class CallResult:
     draft_lengths: list[int]
     accepted: list[int]
     preverifier_seconds: float = 0.0
+    costs: dict | None = None  # which round costs decided an expected-gain rule (`PacerStats.costs`)
 
 
 @dataclass
@@ -208,6 +209,8 @@ def _pacer_argument(strategy: Strategy, preverifiers: dict[str, PacerPreVerifier
         return preverifiers[strategy.name + ("@sampling" if sampling else "")]
     if strategy.family == "registered":
         return strategy.name
+    if strategy.family == "default-gate":
+        return pacer_hf.default_lookup_gate()
     return None
 
 
@@ -248,7 +251,8 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
     return CallResult(seconds=seconds, new_tokens=new_tokens, output=output,
                       target_forwards=len(counter.target_calls), draft_forwards=draft_forwards,
                       draft_lengths=lengths, accepted=accepted[: len(lengths)],
-                      preverifier_seconds=stats.preverifier_seconds if stats is not None else 0.0)
+                      preverifier_seconds=stats.preverifier_seconds if stats is not None else 0.0,
+                      costs=stats.costs if stats is not None else None)
 
 
 def _first_difference(a: list[int], b: list[int]) -> int:

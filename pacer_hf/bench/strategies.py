@@ -37,7 +37,8 @@ LOOKUP_SWEEP = (3, 5, 10)  # prompt_lookup_num_tokens swept by the bare name "hf
 QUICK_REGISTERED = ("pearl", "ouroboros", "pacer+ouroboros")  # registry presets a --quick run includes
 # Names only the benchmark knows; every other name is looked up in the strategy registry.
 BASE_NAMES = ("ar", "sd-fixed", "hf-fixed-<γ>", "hf-fixed", "hf-heuristic", "hf-confidence",
-              "hf-confidence-static", "pacer", "pacer-b1", "oracle", "hf-lookup-<N>", "hf-lookup", "lookup-oracle")
+              "hf-confidence-static", "pacer", "pacer-b1", "oracle", "hf-lookup-<N>", "hf-lookup", "lookup-oracle",
+              "pacer-lookup-default")
 
 
 class StaticConfidenceCandidateGenerator(AssistedCandidateGenerator):
@@ -56,7 +57,8 @@ class Strategy:
     `family`: "ar" (target alone), "sd-fixed" (pacer_hf's loop at fixed γ), "hf" (transformers' own
     AssistedCandidateGenerator, called with pacer=None), "hf-lookup" (transformers' own prompt lookup,
     pacer=None), "pacer" (pacer_hf + a pre-verifier), "registered" (another strategy of the registry, run
-    by name), "oracle" or "lookup-oracle" (modelled from traces). `needs_preverifier` comes from the
+    by name), "default-gate" (prompt lookup gated by pacer_hf's default gate, whatever gate the target has
+    attached), "oracle" or "lookup-oracle" (modelled from traces). `needs_preverifier` comes from the
     registry config; `lookup_tokens` is the call's prompt_lookup_num_tokens (lookup strategies use no draft).
     """
 
@@ -93,10 +95,11 @@ def default_strategy_names(quick: bool, has_preverifier: bool, has_draft: bool =
                            has_lookup_gate: bool = False) -> list[str]:
     """Full mode sweeps γ = 1..8 for both loops and runs every registered strategy; quick mode keeps a few γ
     and only `QUICK_REGISTERED` of those. Strategies that need a pre-verifier go without one. Without a
-    draft: prompt lookup only (HF's N swept, pacer_hf's lookup-10, Pacer-gated lookup with a gate, the oracle)."""
+    draft: prompt lookup only (HF's N swept, pacer_hf's lookup-10, Pacer-gated lookup with the target's own gate
+    and with the default gate, the oracle)."""
     if not has_draft:
         names = ["ar", "hf-lookup-3", "hf-lookup-10"] if quick else ["ar", "hf-lookup", "lookup-10"]
-        return names + (["pacer-lookup"] if has_lookup_gate else []) + ["lookup-oracle"]
+        return names + (["pacer-lookup"] if has_lookup_gate else []) + ["pacer-lookup-default", "lookup-oracle"]
     names = ["ar"]
     names += ["sd-fixed-2", "sd-fixed-4", "sd-fixed-8", "hf-fixed-4"] if quick else ["sd-fixed", "hf-fixed"]
     names += ["hf-heuristic", "hf-confidence", "hf-confidence-static"]
@@ -177,6 +180,8 @@ def _resolve_one(name: str, has_preverifier: bool) -> list[Strategy]:
         return [Strategy("oracle", "oracle")]
     if name == "lookup-oracle":
         return [Strategy("lookup-oracle", "lookup-oracle")]
+    if name == "pacer-lookup-default":
+        return [Strategy(name, "default-gate", lookup_tokens=DEFAULT_LOOKUP_TOKENS)]
     if name == "hf-lookup":
         return [s for n in LOOKUP_SWEEP for s in _resolve_one(f"hf-lookup-{n}", has_preverifier)]
     if name.startswith("hf-lookup-"):

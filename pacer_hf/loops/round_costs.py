@@ -34,7 +34,7 @@ from .._hf_compat import CACHE_KWARG, crop_cache, new_cache
 
 COST_MODES = ("measure", "probe", "prior")  # pacer_costs=...; or a list of relative costs k = 0..K
 COST_CACHE_ENV = "PACER_HF_COST_CACHE"
-PROBE_BUDGET_S = 2.0  # the forward probe stops starting passes after this (at least one pass runs)
+PROBE_BUDGET_S = 2.5  # the forward probe starts no pass that would end past this (at least one pass runs)
 PROBE_PASSES = 5
 PROBE_CONTEXT = 64
 MIN_SAMPLES = 3  # online rounds of one length before their median replaces the probe's figure
@@ -142,7 +142,7 @@ def forward_costs(model: PreTrainedModel, widths: int) -> tuple[str, dict, list[
     process's earlier probe, the disk cache, or a new probe (`time_forwards`)."""
     key = model_key(model) + f"|w{widths}"
     describe = {"device": str(model.device), "dtype": str(model.dtype).replace("torch.", ""),
-                "threads": torch.get_num_threads(), "processor": _processor()}
+                "threads": torch.get_num_threads(), "processor": processor_name()}
     if key not in _FORWARDS:
         cached = _read_disk(key)
         if cached is not None:
@@ -160,7 +160,7 @@ def forward_costs(model: PreTrainedModel, widths: int) -> tuple[str, dict, list[
 def time_forwards(model: PreTrainedModel, widths: int, context: int = PROBE_CONTEXT,
                   budget_s: float = PROBE_BUDGET_S) -> list[float]:
     """Seconds of one cached forward over w = 1..widths new tokens after a `context`-token prefix: every width
-    once per pass, passes until `budget_s` (at least one, at most PROBE_PASSES), minimum per width."""
+    once per pass, as many passes as fit in `budget_s` (at least one, at most PROBE_PASSES), minimum per width."""
     vocab = model.get_output_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (1, context), generator=generator).to(model.device)
@@ -183,11 +183,14 @@ def time_forwards(model: PreTrainedModel, widths: int, context: int = PROBE_CONT
         return elapsed
 
     forward(1)  # warm-up
+    last_pass = 0.0
     for passes in range(PROBE_PASSES):
-        if passes and time.perf_counter() - start > budget_s:
+        if passes and time.perf_counter() - start + last_pass > budget_s:  # another pass would overrun the budget
             break
+        began = time.perf_counter()
         for width in range(1, widths + 1):
             best[width - 1] = min(best[width - 1], forward(width))
+        last_pass = time.perf_counter() - began
     return best
 
 
@@ -198,11 +201,11 @@ def model_key(model) -> str:
     config.pop("_name_or_path", None)
     config.pop("transformers_version", None)
     text = json.dumps([type(model).__name__, config, model.num_parameters(), str(model.dtype), str(model.device),
-                       torch.get_num_threads(), _processor(), torch.__version__], sort_keys=True, default=str)
+                       torch.get_num_threads(), processor_name(), torch.__version__], sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def _processor() -> str:
+def processor_name() -> str:
     """The processor's model name (CPU), or the GPU's when CUDA is in use."""
     if torch.cuda.is_available():
         return torch.cuda.get_device_name()

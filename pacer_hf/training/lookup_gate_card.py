@@ -34,7 +34,7 @@ def write_card(path: Path, config: PacerLookupGateConfig, target_names: dict[str
            "by default" if several else
            "pair = load_pair(\"smollm2\")          # attaches this gate to pair.target\n    "
            "out = pair.target.generate(ids, prompt_lookup_num_tokens=10, pacer=True, max_new_tokens=128)")
-    command = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in info["command"].items() if v is not None)
+    command = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in sorted(info["command"].items()) if v is not None)
     path.write_text(f"""---
 library_name: pacer_hf
 tags: [speculative-decoding, prompt-lookup, pacer]

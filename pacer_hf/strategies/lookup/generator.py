@@ -11,7 +11,7 @@ from transformers import GenerationConfig
 from ..._hf_compat import CandidateGenerator
 from ...loops.candidate_generator import PacerCandidateGenerator
 from ...loops.round_costs import RoundCosts
-from ...modeling_lookup_gate import PacerLookupGate, find_lookup, lookup_features
+from ...modeling_lookup_gate import PacerLookupGate, feature_rows, find_lookup
 from ...stats import PacerStats
 
 
@@ -56,6 +56,7 @@ class LookupCandidateGenerator(CandidateGenerator):
         self.eos = set() if eos is None else {int(t) for t in torch.as_tensor(eos).flatten().tolist()}
         self.prompt_length: int | None = None
         self.confidence: float | None = None  # the target's probability of the last token it chose
+        self.scorer = gate.scorer() if gate is not None else None
 
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
@@ -85,10 +86,10 @@ class LookupCandidateGenerator(CandidateGenerator):
             self.stats.matches += 1
             tokens = match.tokens.tolist()
             if self.gate is not None:
-                features = lookup_features(match, ids.shape[0], self.prompt_length, self.confidence,
-                                           self.gate.config.max_lookup_tokens, self.gate.config.max_ngram_size,
-                                           self.sampling)
-                survival = self.gate.survival(features.to(self.gate.device, self.gate.dtype)).tolist()
+                features = feature_rows(match, ids.shape[0], self.prompt_length, self.confidence,
+                                        self.gate.config.max_lookup_tokens, self.gate.config.max_ngram_size,
+                                        self.sampling)
+                survival = self.scorer.survival(features)
                 costs = self.costs.seconds() if self.costs is not None else None
                 tokens = tokens[: self.gate.choose_length(survival, costs)]
             for i, token in enumerate(tokens):
