@@ -30,21 +30,13 @@ from pathlib import Path
 
 import torch
 
+from pacer_hf.loops.round_costs import cpu_name
+
 CHAT_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number, with a docstring and an example.",
     "Explain in a few sentences what a hash table is and why lookups are fast on average.",
     "List five tips for writing readable Python code, one sentence each.",
 )
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> int:

@@ -99,7 +99,11 @@ def default_lookup_gate() -> PacerLookupGate:
     """The lookup gate shipped inside pacer_hf (`hub_cards/default-lookup-gate`), trained on the answers of several
     targets with different tokenizers: `generate(prompt_lookup_num_tokens=N, pacer=True)` uses it on any causal LM
     without a gate of its own. Loaded once per process, on CPU (an MLP over at most N rows)."""
-    return PacerLookupGate.from_pretrained(hub_cards_dir() / DEFAULT_LOOKUP_GATE).eval()
+    folder = hub_cards_dir() / DEFAULT_LOOKUP_GATE
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"pacer_hf's default lookup gate is not installed here ({folder} is missing): pass "
+                         "pacer=<PacerLookupGate, folder or Hub id>, or pacer_hf.attach(target, gate).")
+    return PacerLookupGate.from_pretrained(folder).eval()
 
 
 def last_stats(model: PreTrainedModel) -> PacerStats | None:

@@ -11,9 +11,8 @@ import torch
 from transformers import PreTrainedModel
 
 from ._hf_compat import CACHE_KWARG, crop_cache, new_cache
-from .loops import round_costs
 from .loops.lean_draft import LeanDraft
-from .loops.round_costs import model_key
+from .loops.round_costs import RoundCosts, cached_probe, forward_costs, model_key, resolve_costs
 from .modeling_pacer import PacerPreVerifier
 
 
@@ -86,11 +85,11 @@ def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedMode
 
 
 def draft_costs(model: PreTrainedModel, draft: PreTrainedModel, preverifier, max_tokens: int, mode,
-                prior: list[float] | None) -> round_costs.RoundCosts:
+                prior: list[float] | None) -> RoundCosts:
     """A draft round proposing k = 0..max_tokens tokens: k draft steps, k pre-verifier scorings, a target
     forward over k + 1 tokens."""
     def probe():
-        key, describe, verify, wall = round_costs.forward_costs(model, max_tokens + 1)
+        key, describe, verify, wall = forward_costs(model, max_tokens + 1)
         draft_key = model_key(draft) + model_key(preverifier)
 
         def measure() -> list[float]:
@@ -98,12 +97,12 @@ def draft_costs(model: PreTrainedModel, draft: PreTrainedModel, preverifier, max
             step(), score()  # warm-up
             return [min(step() for _ in range(5)) + min(score() for _ in range(5))]
 
-        (per_token,), draft_wall = round_costs.cached_probe(draft_key, measure)
+        (per_token,), draft_wall = cached_probe(draft_key, measure)
         seconds = [verify[k] + k * per_token for k in range(max_tokens + 1)]
         describe = {**describe, "draft_token_ms": round(1000 * per_token, 3)}
         return hashlib.sha1((key + draft_key).encode()).hexdigest()[:16], describe, seconds, wall + draft_wall
 
-    return round_costs.resolve_costs(mode, prior=prior, what="the pre-verifier", probe=probe)
+    return resolve_costs(mode, prior=prior, what="the pre-verifier", probe=probe)
 
 
 def _cropping_timer(step: Callable[[], object], cache, context: int, device: torch.device) -> Callable[[], float]:

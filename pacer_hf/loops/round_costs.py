@@ -206,9 +206,12 @@ def model_key(model) -> str:
 
 
 def processor_name() -> str:
-    """The processor's model name (CPU), or the GPU's when CUDA is in use."""
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name()
+    """The GPU's name when CUDA is in use, else the CPU's (`cpu_name`)."""
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_name()
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo, else what `platform` knows)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
