@@ -106,16 +106,14 @@ _FORWARDS: dict[str, tuple[list[float], float]] = {}  # key -> (seconds per veri
 def resolve_costs(mode, *, prior: list[float] | None, what: str, probe) -> RoundCosts:
     """The RoundCosts a call decides with. `mode`: "measure" (probe + online), "probe", "prior" (`prior`, the
     config's table), or a list of relative costs k = 0..K. `probe()` returns (key, describe, seconds, wall)."""
-    if isinstance(mode, (list, tuple)):
-        return RoundCosts(list(mode), "given", online=False)
+    mode = check_cost_mode(mode)
+    if isinstance(mode, list):
+        return RoundCosts(mode, "given", online=False)
     if mode == "prior":
         if not prior:
             raise ValueError(f"pacer_costs='prior': {what} has no cost table in its config; pass pacer_costs="
                              "'measure' (the default) to measure this machine's.")
         return RoundCosts(list(prior), "prior", online=False)
-    if mode not in ("measure", "probe"):
-        raise ValueError(f"pacer_costs={mode!r}: choose one of {COST_MODES} or pass a list of relative round costs "
-                         "(k = 0, 1, ... proposed tokens).")
     key, describe, seconds, wall = probe()
     key = f"{mode}:{key}"
     if key not in _PROCESS:
