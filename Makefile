@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-$(TRANSFORMERS_NEWEST)
 OLDEST := .venv-oldest
 OLDEST_STAMP := $(OLDEST)/.installed-$(TRANSFORMERS_OLDEST)
 OLDEST_TESTS := tests/test_core_exactness.py tests/test_core_sampling.py tests/test_lookup.py tests/test_round_costs.py tests/test_batch.py \
-	tests/test_families.py
+	tests/test_families.py tests/test_loop_features.py
 
 .PHONY: setup demo demo-smollm2 test test-newest test-oldest test-fast lint bench-quick
 

@@ -11,6 +11,7 @@ from transformers import PretrainedConfig
 DECISION_RULES = ("block", "cumulative", "expected_gain")
 INPUT_MODES = ("both", "hidden", "features")
 NUM_DRAFT_FEATURES = 3  # log-prob of the chosen token, entropy, top-1/top-2 probability margin
+NUM_LOOP_FEATURES = 3  # the previous round's accepted share and whether it was a full round, the target's confidence
 
 
 class PacerConfig(PretrainedConfig):
@@ -42,6 +43,9 @@ class PacerConfig(PretrainedConfig):
             `num_hidden_layers`, `vocab_size`); a different draft is refused at generate time.
         cost_ratio (`float`): measured t(draft step) / t(target step) used to calibrate block size
             and threshold, with `calibration` holding the rest of that measurement.
+        loop_features (`bool`): also read what the speculative loop knows before a round starts and the draft
+            cannot see (`modeling_pacer.loop_features`): how many of the previous round's drafted tokens the target
+            accepted, whether that was `max_draft_tokens`, and the target's probability of the last token it chose.
     """
 
     model_type = "pacer_preverifier"
@@ -66,6 +70,7 @@ class PacerConfig(PretrainedConfig):
         cost_ratio: float | None = None,
         calibration: dict | None = None,
         initializer_range: float = 0.02,
+        loop_features: bool = False,
         **kwargs,
     ):
         if decision_rule not in DECISION_RULES:
@@ -101,6 +106,7 @@ class PacerConfig(PretrainedConfig):
         self.cost_ratio = cost_ratio
         self.calibration = calibration
         self.initializer_range = initializer_range
+        self.loop_features = bool(loop_features)
         super().__init__(**kwargs)
 
 

@@ -34,19 +34,19 @@ from .pairs import (  # noqa: F401 - the demo pair's loaders, re-exported where 
     load_demo_preverifier,
 )
 
-DEMO_STRATEGIES = ("ar", "sd-fixed-{gamma}", "hf-confidence", "pacer")
-LOOKUP_STRATEGIES = ("ar", "hf-lookup-3", "hf-lookup-10", "pacer-lookup")
+DEMO_STRATEGIES = ("ar", "pacer", "sd-fixed", "hf-confidence")  # "sd-fixed": one row per γ in `gammas`
+LOOKUP_STRATEGIES = ("ar", "pacer-lookup", "hf-lookup-3", "hf-lookup-10")
 LOOKUP_CATEGORY = "chat-edit"  # input-grounded: the answer copies much of the prompt
-DEMO_GAMMA = 2  # the shipped pair's best fixed γ (docs/BENCHMARKS.md)
+DEMO_GAMMAS = (2, 4, 6)  # around the shipped pair's best fixed γ (docs/BENCHMARKS.md); the best of them is measured
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=3, help="number of HumanEval prompts")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timed repeats (median reported)")
-    parser.add_argument("--gamma", type=int, default=DEMO_GAMMA,
-                        help=f"draft length of the sd-fixed baseline ({DEMO_GAMMA}: the demo pair's best fixed γ in "
-                        "docs/BENCHMARKS.md)")
+    parser.add_argument("--gammas", default=",".join(map(str, DEMO_GAMMAS)),
+                        help="draft lengths of the fixed-length baselines (comma-separated); Pacer is compared with "
+                        "the fastest of them in the same run")
     parser.add_argument("--pair", choices=PAIRS, default="stdlib",
                         help="stdlib: the shipped demo pair (HumanEval code prompts); smollm2: SmolLM2-135M-Instruct "
                         "with its draft (HumanEval as chat requests), or, while no draft ships, prompt lookup on "
@@ -58,10 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, prompts: int = 3,
-             max_new_tokens: int = 64, repeats: int = 3, gamma: int = DEMO_GAMMA, progress: bool = False,
+             max_new_tokens: int = 64, repeats: int = 3, gammas: tuple[int, ...] = DEMO_GAMMAS, progress: bool = False,
              chat: bool = False):
     """Greedy generation from `prompts` HumanEval prompts (as chat requests with `chat`) with plain decoding,
-    fixed-length SD, HF's stock dynamic drafts and Pacer (when a pre-verifier is given): the benchmark harness's
+    Pacer (when a pre-verifier is given), fixed-length SD at each of `gammas` and HF's stock dynamic drafts: the
+    benchmark harness's
     loop (interleaved, warm-up excluded, outputs checked identical to plain decoding in every run), at demo
     size. Without a draft: prompt lookup (LOOKUP_STRATEGIES) on LOOKUP_CATEGORY chat requests.
     Returns the harness's BenchResult."""
@@ -73,7 +74,8 @@ def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, pro
 
     category = LOOKUP_CATEGORY if draft is None else "chat-humaneval" if chat else "humaneval"
     names = LOOKUP_STRATEGIES if draft is None else DEMO_STRATEGIES
-    strategies = [name.format(gamma=gamma) for name in names if preverifier is not None or name != "pacer"]
+    strategies = [expanded for name in names if preverifier is not None or name != "pacer"
+                  for expanded in ([f"sd-fixed-{g}" for g in gammas] if name == "sd-fixed" else [name])]
     config = BenchConfig(strategies=strategies, categories=[category], temperatures=(0.0,), prompts_per_category=prompts,
                          runs=repeats, max_new_tokens=max_new_tokens, threads=torch.get_num_threads(),
                          cost_repeats=3)
@@ -98,6 +100,21 @@ def format_summary(records: list[dict]) -> str:
         lines.append(f"{name:<26}{r['tokens_per_s']:>10.1f}{spread:>14}{r['speedup_vs_ar']:>8.2f}x"
                      f"{r['tau']:>7.2f}{r['mean_draft_len'] or 0:>12.2f}")
     return "\n".join(lines)
+
+
+def format_verdict(records: list[dict]) -> str:
+    """Pacer (or Pacer-gated lookup) against the best fixed-length baseline of the run and HF's dynamic schedule."""
+    speed = {r["strategy"]: r["speedup_vs_ar"] for r in records if not r.get("modelled")}
+    ours = "pacer" if "pacer" in speed else "pacer-lookup" if "pacer-lookup" in speed else None
+    fixed = {name: value for name, value in speed.items() if name.startswith(("sd-fixed-", "hf-lookup-"))}
+    if ours is None or not fixed:
+        return ""
+    best = max(fixed, key=fixed.get)
+    line = (f"{'Pacer' if ours == 'pacer' else 'Pacer-gated lookup'}: {speed[ours]:.2f}x the target alone, "
+            f"{speed[ours] / fixed[best]:.2f}x the best fixed length ({best})")
+    if "hf-confidence" in speed:
+        line += f", {speed[ours] / speed['hf-confidence']:.2f}x HF's dynamic schedule (hf-confidence)"
+    return line
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,13 +144,23 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(note)
     start = time.perf_counter()
+    try:
+        gammas = tuple(int(g) for g in str(args.gammas).split(","))
+        if not gammas or min(gammas) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"error: --gammas {args.gammas!r}: give draft lengths >= 1, comma-separated (e.g. 2,4,6)")
+        return 2
     result = run_demo(target, draft, tokenizer, preverifier, args.prompts, args.max_new_tokens, args.repeats,
-                      args.gamma, progress=True, chat=chat)
+                      gammas, progress=True, chat=chat)
     lookup = draft is None
     kind = "code-edit chat requests" if lookup else "HumanEval chat requests" if chat else "HumanEval prompts"
     print(f"{args.prompts} {kind} x {args.max_new_tokens} new tokens, greedy, median of {args.repeats} "
           f"interleaved runs, {torch.get_num_threads()} torch threads ({time.perf_counter() - start:.0f} s)")
     print(format_summary(result.records))
+    verdict = format_verdict(result.records)
+    if verdict:
+        print(verdict)
     print("all outputs identical to plain greedy decoding")
     if chat:
         from .bench.chat_prompts import chat_prompts
@@ -146,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
                               max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
         used = "True, prompt_lookup_num_tokens=10"
     else:
-        pacer = preverifier if preverifier is not None else f"sd-fixed-{args.gamma}"
+        pacer = preverifier if preverifier is not None else f"sd-fixed-{gammas[0]}"
         out = target.generate(ids, assistant_model=draft, pacer=pacer, do_sample=False,
                               max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
         used = pacer if isinstance(pacer, str) else "the pre-verifier"

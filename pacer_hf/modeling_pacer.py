@@ -20,7 +20,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.utils import ModelOutput
 
-from .configuration_pacer import NUM_DRAFT_FEATURES, PacerConfig
+from .configuration_pacer import NUM_DRAFT_FEATURES, NUM_LOOP_FEATURES, PacerConfig
 
 
 def draft_features(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -36,6 +36,17 @@ def draft_features(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     entropy = -(probs * logp).sum(-1)
     top2 = probs.topk(2, dim=-1).values
     return torch.stack([chosen, entropy, top2[..., 0] - top2[..., 1]], dim=-1)
+
+
+def loop_features(accepted: int, drafted: int, confidence: float, max_draft_tokens: int) -> list[float]:
+    """What the loop knows when a round starts (`config.loop_features`): the previous round's accepted tokens
+    as a share of `max_draft_tokens`, 1.0 when it accepted `max_draft_tokens` (the longest round the
+    pre-verifier knows; a shorter round that accepted all it drafted does not count, because training rounds
+    always draft `max_draft_tokens`), and the target's probability of the last token it chose (its confidence
+    there). Before the first round of a call (drafted = 0): `(0, 0, 0)`."""
+    if drafted <= 0:
+        return [0.0, 0.0, 0.0]
+    return [accepted / max_draft_tokens, float(accepted >= max_draft_tokens), float(confidence)]
 
 
 def draft_signature(draft_config) -> dict:
@@ -114,6 +125,7 @@ class PacerPreVerifier(PreTrainedModel):
         width = config.hidden_size
         self.hidden_proj = nn.Linear(config.draft_hidden_size, width) if config.input_mode != "features" else None
         self.feature_proj = nn.Linear(NUM_DRAFT_FEATURES, width) if config.input_mode != "hidden" else None
+        self.loop_proj = nn.Linear(NUM_LOOP_FEATURES, width) if getattr(config, "loop_features", False) else None
         self.position = nn.Embedding(config.max_draft_tokens, width)
         self.layer = PacerCausalLayer(config)
         self.norm = nn.LayerNorm(width)
@@ -216,6 +228,7 @@ class PacerPreVerifier(PreTrainedModel):
         labels: torch.Tensor | None = None,
         return_dict: bool | None = None,
         cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+        loop_features: torch.Tensor | None = None,
         **kwargs,
     ) -> PacerOutput:
         """Per-token acceptance logits for `(batch, tokens, ...)` inputs of one drafting round each.
@@ -224,6 +237,7 @@ class PacerPreVerifier(PreTrainedModel):
         padding; the loss is binary cross-entropy with `config.reject_weight` on the reject class.
         With `cache` (the previous call's `.cache`, same round) the inputs are the round's
         next tokens only, and the logits are theirs: the same as a full re-run, at the cost of the new block.
+        `loop_features` `(batch, 3)`: the round's `loop_features(...)`, required when `config.loop_features`.
         """
         start = 0 if cache is None else cache[0].shape[2]
         length = draft_features.shape[1]
@@ -235,6 +249,11 @@ class PacerPreVerifier(PreTrainedModel):
             x = x + self.hidden_proj(draft_hidden_states.to(dtype))
         if self.feature_proj is not None:
             x = x + self.feature_proj(draft_features.to(dtype))
+        if self.loop_proj is not None:
+            if loop_features is None:
+                raise ValueError("This pre-verifier reads the loop's state (config.loop_features): pass loop_features "
+                                 "(batch, 3), see modeling_pacer.loop_features.")
+            x = x + self.loop_proj(loop_features.to(dtype))[:, None, :]
         x, present = self.layer(x, cache)
         logits = self.head(self.norm(x)).squeeze(-1)
         loss = None
@@ -320,6 +339,7 @@ class RoundScorer:
         self.position = weights["position.weight"]
         self.hidden_proj = self._linear(weights, "hidden_proj") if config.input_mode != "features" else None
         self.feature_proj = self._linear(weights, "feature_proj") if config.input_mode != "hidden" else None
+        self.loop_proj = self._linear(weights, "loop_proj") if getattr(config, "loop_features", False) else None
         self.qkv = self._folded(weights, "layer.attn_norm", "layer.qkv")
         self.out = self._linear(weights, "layer.out")
         self.mlp_in = self._folded(weights, "layer.mlp_norm", "layer.mlp.0")
@@ -354,9 +374,13 @@ class RoundScorer:
         erf = 1.0 - poly * np.exp(-z * z)
         return 0.5 * x * (1.0 + np.copysign(erf, x))
 
-    def start(self) -> None:
-        """A new round: forget the keys and values of the last one."""
+    def start(self, loop: list[float] | None = None) -> None:
+        """A new round: forget the keys and values of the last one; `loop`: the round's `loop_features(...)`."""
         width = self.qkv[1].shape[0] // 3
+        self.bias = self.position.copy()
+        if self.loop_proj is not None:
+            self.bias += np.asarray(loop if loop is not None else [0.0, 0.0, 0.0], dtype=np.float32) @ self.loop_proj[0] \
+                + self.loop_proj[1]
         self.keys = np.zeros((self.num_heads, self.max_tokens, width // self.num_heads), dtype=np.float32)
         self.values = np.zeros_like(self.keys)
         self.length = 0
@@ -366,7 +390,7 @@ class RoundScorer:
         n = self.length
         if n >= self.max_tokens:
             raise ValueError(f"{n + 1} drafted tokens exceed max_draft_tokens={self.max_tokens}.")
-        x = self.position[n].copy()
+        x = self.bias[n].copy()
         if self.hidden_proj is not None:
             x += hidden @ self.hidden_proj[0] + self.hidden_proj[1]
         if self.feature_proj is not None:

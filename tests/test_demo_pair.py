@@ -99,13 +99,42 @@ def test_demo_runs_on_the_tiny_pair_and_outputs_match(tiny_build):
     args, _ = tiny_build
     target, draft, tok = demo.load_demo_pair(args.out)
     pv, note = demo.load_demo_preverifier(draft, args.out)
-    assert "UNTRAINED" in note
+    assert note.startswith("pre-verifier:") and pv.config.loop_features, "the preverifier stage ships one"
     # the bench harness raises BenchmarkMismatch if any output differs from plain decoding
-    result = demo.run_demo(target, draft, tok, pv, prompts=1, max_new_tokens=8, repeats=1, gamma=4)
-    assert [r["strategy"] for r in result.records] == ["ar", "sd-fixed-4", "hf-confidence", "pacer"]
+    result = demo.run_demo(target, draft, tok, pv, prompts=1, max_new_tokens=8, repeats=1, gammas=(2, 4))
+    assert [r["strategy"] for r in result.records] == ["ar", "pacer", "sd-fixed-2", "sd-fixed-4", "hf-confidence"]
     assert all(r["identical_to_ar"] for r in result.records)
     summary = demo.format_summary(result.records)
     assert "HF dynamic (stock)" in summary and "sd-fixed-4 (pacer_hf loop)" in summary
+    speed = {r["strategy"]: r["speedup_vs_ar"] for r in result.records}
+    best = max(("sd-fixed-2", "sd-fixed-4"), key=speed.get)
+    assert demo.format_verdict(result.records) == (
+        f"Pacer: {speed['pacer']:.2f}x the target alone, {speed['pacer'] / speed[best]:.2f}x the best fixed length "
+        f"({best}), {speed['pacer'] / speed['hf-confidence']:.2f}x HF's dynamic schedule (hf-confidence)")
+
+
+def test_onpolicy_stage_fits_measures_and_ships_the_draft(tiny_build):
+    """The onpolicy stage: the target's answers (greedy and T = 1) from TRAIN-split prompts, the fitted draft with
+    its before/after measurements and card, and the preverifier stage's traces and shipped pre-verifier."""
+    from pacer_hf.training.smollm2_draft_train import read_records
+
+    args, _ = tiny_build
+    work = Path(args.work_dir) / "onpolicy"
+    greedy, sampled = read_records(work / "responses.jsonl"), read_records(work / "responses_sampled.jsonl")
+    assert greedy and sampled and all(r["response"] and len(r["top_logp"]) == len(r["response"]) for r in greedy)
+    train = set(json.loads((Path(args.work_dir) / demo_pair.SPLITS_FILE).read_text())["train"])
+    for record in greedy:  # windows, docstrings and tables of TRAIN files, or test suites outside the benchmark
+        category, _, name = record["key"].partition("/")
+        if category == "window":
+            assert name.rsplit("@", 1)[0] in train
+    report = json.loads((work / "report.json").read_text())
+    for when in ("before", "after"):
+        assert 0.0 <= report[when]["agreement_greedy_path"] <= 1.0 and report[when]["c"] > 0
+        assert report[when]["rounds_at_cap"]["cap"] == 8
+    card = (Path(args.out) / "demo-draft" / "README.md").read_text()
+    assert "Fitted to its target" in card and f"{report['after']['agreement_greedy_path']:.3f}" in card
+    shipped = json.loads((Path(args.out) / "demo-preverifier" / "config.json").read_text())
+    assert shipped["loop_features"] and shipped["calibration"]["chosen"]
 
 
 def test_missing_or_corrupted_pair_says_how_to_rebuild(tiny_build, tmp_path):
@@ -123,7 +152,7 @@ def test_missing_or_corrupted_pair_says_how_to_rebuild(tiny_build, tmp_path):
 def test_demo_on_the_shipped_pair():
     target, draft, tok = demo.load_demo_pair(SHIPPED)
     pv, _ = demo.load_demo_preverifier(draft, SHIPPED)
-    result = demo.run_demo(target, draft, tok, pv, prompts=1, max_new_tokens=12, repeats=1, gamma=4)
+    result = demo.run_demo(target, draft, tok, pv, prompts=1, max_new_tokens=12, repeats=1, gammas=(4,))
     assert len(result.records) == 4 and all(r["identical_to_ar"] for r in result.records)
     assert all(r["tokens_per_s"] > 0 for r in result.records)
     assert demo_pair.held_out_files(SHIPPED / "demo-target")

@@ -31,7 +31,7 @@ from transformers import (
 from transformers.generation import GenerateDecoderOnlyOutput
 
 from .._hf_compat import CACHE_KWARG, eos_tensor
-from ..modeling_pacer import PacerPreVerifier, draft_features
+from ..modeling_pacer import PacerPreVerifier, draft_features, loop_features
 from ..stats import PacerStats
 from .batch_cache import RowCache, draft_row_cache
 from .lean_loop import accept_step, process_positions
@@ -65,6 +65,7 @@ class _Row:
     generated: int = 0
     scores: list[torch.Tensor] = field(default_factory=list)
     raw: list[torch.Tensor] = field(default_factory=list)
+    loop: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # `loop_features` after its last round
 
     @property
     def length(self) -> int:
@@ -168,8 +169,11 @@ class _Stopper:
         self.preverifier, self.stats, self.mode, self.clock = preverifier.eval(), stats, mode, clock
         self.block_size = preverifier.config.block_size
 
-    def start(self) -> None:
+    def start(self, loops: list[list[float]]) -> None:
+        """A new round; `loops`: each row's `loop_features(...)` (read when `config.loop_features`)."""
         self.hidden, self.features, self.past, self.token_logits = [], [], None, None
+        reads = getattr(self.preverifier.config, "loop_features", False)
+        self.loop = torch.tensor(loops, device=self.preverifier.device) if reads else None
 
     @torch.no_grad()
     def add(self, hidden: torch.Tensor, raw: torch.Tensor, tokens: torch.Tensor, drafted: list[list[int]],
@@ -182,7 +186,7 @@ class _Stopper:
         start = time.perf_counter()
         device = self.preverifier.device
         out = self.preverifier(torch.stack(self.hidden, 1).to(device), torch.stack(self.features, 1).to(device),
-                               cache=self.past)
+                               cache=self.past, loop_features=self.loop)
         self.hidden, self.features, self.past = [], [], out.cache
         logits = out.logits if self.token_logits is None else torch.cat((self.token_logits, out.logits), 1)
         self.token_logits = logits
@@ -222,7 +226,7 @@ def _draft_round(plan: BatchPlan, draft_cache: RowCache, rows: list[_Row], budge
     tokens, positions, last = draft_cache.lay_out([row.ids[row.pad + h:] for row, h in zip(rows, held)], held, device)
     logits, hidden = draft_cache.forward(tokens, positions, 1, hidden=True, last=last)
     if stopper is not None:
-        stopper.start()
+        stopper.start([row.loop for row in rows])
     forwards = 1
     while any(drafting):
         raw = logits[:, -1].float() if config.do_sample else logits[:, -1]
@@ -347,6 +351,9 @@ def _settle(row: _Row, drafted: list[int], from_draft: int, qs: list | None, log
     for record in (row.stats, stats):
         record.draft_lengths.append(k)
         record.accepted.append(n)
+    if plan.preverifier is not None and getattr(plan.preverifier.config, "loop_features", False):
+        confidence = float(torch.softmax(new_logits[n].float(), dim=-1).max())
+        row.loop = loop_features(n, k, confidence, plan.preverifier.config.max_draft_tokens)
     if plan.phrases is not None:
         plan.phrases.commit(row.index, row.ids[row.pad:], from_draft, k - from_draft, n, row.stats)
     if keep_scores:

@@ -16,7 +16,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 
 from .._hf_compat import CandidateGenerator, crop_cache
-from ..modeling_pacer import PacerPreVerifier, draft_features
+from ..modeling_pacer import PacerPreVerifier, draft_features, loop_features
 from ..stats import PacerStats
 from .draft_forwards import choose_draft_forward
 
@@ -44,13 +44,22 @@ class PacerStoppingCriteria(StoppingCriteria):
         self.past = None  # the pre-verifier's keys/values over the round's earlier blocks (torch path)
         self.token_logits: list[float] = []  # acceptance logits of every token drafted this round
         self.trim = 0
+        self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
+        self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
+
+    def end_round(self, accepted: int, drafted: int, target_scores: torch.Tensor) -> None:
+        """What the next round's decisions may read (`config.loop_features`): the round just verified and the
+        target's confidence in the last token it chose (`target_scores`: its scores at that position)."""
+        if self.reads_loop:
+            confidence = float(torch.softmax(target_scores.float(), dim=-1).max())
+            self.loop = loop_features(accepted, drafted, confidence, self.preverifier.config.max_draft_tokens)
 
     def start_round(self) -> None:
         self.hidden.clear()
         self.features.clear()
         self.past, self.token_logits, self.trim = None, [], 0
         if self.scorer is not None:
-            self.scorer.start()
+            self.scorer.start(self.loop)
 
     @torch.no_grad()
     def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
@@ -68,8 +77,10 @@ class PacerStoppingCriteria(StoppingCriteria):
             self.features.append(features)
             done = len(self.hidden) == self.block_size
             if done:
+                loop = torch.tensor([self.loop], device=self.device) if self.reads_loop else None
                 out = self.preverifier(torch.stack(self.hidden, 1).to(self.device),
-                                       torch.stack(self.features, 1).to(self.device), cache=self.past)
+                                       torch.stack(self.features, 1).to(self.device), cache=self.past,
+                                       loop_features=loop)
                 self.hidden.clear()
                 self.features.clear()
                 self.past = out.cache
@@ -184,3 +195,5 @@ class PacerCandidateGenerator(CandidateGenerator):
             self.stop.costs.observe(self.proposed, time.perf_counter() - self.round_start)
             self.round_start = None
         self.stats.accepted.append(int(num_matches))
+        if self.stop is not None:
+            self.stop.end_round(int(num_matches), self.proposed, scores[0, int(num_matches)])

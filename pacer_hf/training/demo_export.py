@@ -196,5 +196,5 @@ Rebuilt with:
 {report['command']}
 ```
 
-Load with `AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)`.
+Load with `AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)`.
 """

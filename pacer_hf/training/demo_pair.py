@@ -12,10 +12,14 @@ Stages (`--stage all` runs them in order):
   target       the target grown deeper from target-base (function-preserving), trained further
   distill      the draft fine-tuned on the target-base's logits (KD) to raise acceptance
   export       bf16 Hub folders + model cards with measured losses, decode cost c, acceptance
+  onpolicy     the draft fitted to the target on the target's own answers (on-policy distillation;
+               `demo_onpolicy`), measured and shipped with its card in place of the exported draft
+  preverifier  a pre-verifier for that draft: traces along the target's answers with the loop's state,
+               Trainer, costs measured here and the stop rule calibrated; shipped with its card
 Independent stages (target-base | draft, then target | distill) may run as two processes at once.
 
 Modules: this one (shapes, training stages, the command), `demo_data` (corpus, split, tokenizer, token
-blocks), `demo_export` (evaluation, Hub folders, model cards). Nothing outside pacer_hf.training imports
+blocks), `demo_export` (evaluation, Hub folders, model cards), `demo_onpolicy` (the last two stages). Nothing outside pacer_hf.training imports
 them: `pacer-hf demo` and `pacer-hf bench` read the built folders only.
 """
 
@@ -311,10 +315,27 @@ def stage_distill(args, work):
 
 # ---------------------------------------------------------------------------------------------- CLI
 
+def stage_onpolicy(args, work):
+    from .demo_onpolicy import stage_onpolicy as fit
+
+    fit(args, work)
+
+
+def stage_preverifier(args, work):
+    from .demo_onpolicy import stage_preverifier as build
+
+    if args.onpolicy_train_minutes <= 0:
+        print("[preverifier] skipped (it is built for the fitted draft; --onpolicy-train-minutes 0)")
+        return
+    build(args, work)
+
+
 STAGES = {"tokenizer": stage_tokenizer, "data": stage_data, "target-base": stage_target_base, "draft": stage_draft,
-          "target": stage_target, "distill": stage_distill, "export": stage_export}
+          "target": stage_target, "distill": stage_distill, "export": stage_export, "onpolicy": stage_onpolicy,
+          "preverifier": stage_preverifier}
 TINY = {"target_base": "2x64", "target": "4x64", "draft": "1x32", "vocab_size": 512, "measure_vocab": [],
-        "seq_len": 64, "batch_size": 4, "eval_tokens": 2048, "eval_prompts": 1, "eval_new_tokens": 8}
+        "seq_len": 64, "batch_size": 4, "eval_tokens": 2048, "eval_prompts": 1, "eval_new_tokens": 8,
+        "onpolicy_prompts": 12, "onpolicy_new_tokens": 8, "onpolicy_eval_prompts": 2, "preverifier_epochs": 1}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -348,6 +369,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tiny", action="store_true", help="tiny shapes and budgets (a smoke test in ~1 min)")
+    from .demo_onpolicy import add_arguments as onpolicy_arguments
+
+    onpolicy_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -359,7 +383,8 @@ def run(args: argparse.Namespace) -> int:
     if args.tiny:
         for key, value in TINY.items():
             setattr(args, key, value)
-        for key in ("target_base_minutes", "target_minutes", "draft_minutes", "distill_minutes"):
+        for key in ("target_base_minutes", "target_minutes", "draft_minutes", "distill_minutes",
+                    "onpolicy_generate_minutes", "onpolicy_train_minutes"):
             setattr(args, key, min(getattr(args, key), 0.1))
     if args.threads:
         torch.set_num_threads(args.threads)

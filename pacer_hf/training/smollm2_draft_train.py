@@ -102,10 +102,11 @@ def agreement(draft, records: list[dict], context: int = 1 << 20) -> float:
     return hits / max(total, 1)
 
 
-def split_records(work: Path) -> tuple[list[dict], list[dict]]:
-    records = [r for r in read_records(work / "responses.jsonl") if len(r["response"]) > 0]
+def split_records(work: Path, files: tuple[str, ...] = ("responses.jsonl",)) -> tuple[list[dict], list[dict]]:
+    """(training, held-out) records of the answer files in `work` that exist (the first one must)."""
+    records = [r for name in files for r in read_records(work / name) if len(r["response"]) > 0]
     if not records:
-        raise FileNotFoundError(f"{work / 'responses.jsonl'} holds no answers; run the responses stage first.")
+        raise FileNotFoundError(f"{work / files[0]} holds no answers; run the responses stage first.")
     return [r for r in records if not r["heldout"]], [r for r in records if r["heldout"]]
 
 
@@ -139,27 +140,33 @@ def _save_atomic(obj, path: Path) -> None:
 def stage_train(target, work: Path, *, layers: list[int] | None = None, budget_s: float = 1800.0,
                 checkpoint_every: float = 240.0, lr: float = 3e-4, accumulate: int = 4, seed: int = 0,
                 eval_records: int = 80, progress: bool = True, schedule_s: float | None = None,
-                subdir: str = TRAIN_DIR) -> Path:
-    """Distil a draft on work/responses.jsonl for `budget_s` seconds of training (over restarts: the
-    checkpoint keeps the elapsed time), checkpointing and evaluating every `checkpoint_every` seconds.
-    A checkpoint's layer set wins over `layers`. The learning rate warms up over 30 steps, then decays
+                subdir: str = TRAIN_DIR, draft=None, files: tuple[str, ...] = ("responses.jsonl",)) -> Path:
+    """Distil a draft on the answers in `files` (in `work`) for `budget_s` seconds of training (over restarts:
+    the checkpoint keeps the elapsed time), checkpointing and evaluating every `checkpoint_every` seconds.
+    The draft is built from the target's `layers` (a checkpoint's layer set wins; embedding and head frozen),
+    or is a copy of `draft` with every weight trained. The learning rate warms up over 30 steps, then decays
     linearly to 10% at `schedule_s` (default `budget_s`) seconds. Returns the folder of the best draft."""
+    import copy
+
     from tqdm.auto import tqdm
 
     out = work / subdir
     out.mkdir(parents=True, exist_ok=True)
     schedule_s = schedule_s or budget_s
-    train_records, heldout = split_records(work)
+    train_records, heldout = split_records(work, files)
     heldout = heldout[:eval_records]
     ckpt_path = out / CHECKPOINT
     state = torch.load(ckpt_path, weights_only=False) if ckpt_path.is_file() else None
-    if state is not None:
+    if draft is not None:
+        draft, layers = copy.deepcopy(draft).float(), None
+    elif state is not None:
         layers = state["layers"]
     elif layers is None:
         raise ValueError(f"{ckpt_path} does not exist: pass layers= (or run choose_layers first).")
-    draft = build_draft(target, layers)
+    whole = draft is not None
+    draft = draft if whole else build_draft(target, layers)
     for name, param in draft.named_parameters():
-        param.requires_grad_(name.startswith("model.layers.") or name == "model.norm.weight")
+        param.requires_grad_(whole or name.startswith("model.layers.") or name == "model.norm.weight")
     params = [p for p in draft.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
     if state is None:
@@ -220,7 +227,7 @@ def stage_train(target, work: Path, *, layers: list[int] | None = None, budget_s
             if score > state["best"]:
                 state["best"] = score
                 draft.save_pretrained(out / BEST)
-            state["model"] = {k: v for k, v in draft.state_dict().items() if k.startswith("model.layers.")
+            state["model"] = {k: v for k, v in draft.state_dict().items() if whole or k.startswith("model.layers.")
                               or k == "model.norm.weight"}
             state["optimizer"] = optimizer.state_dict()
             _save_atomic(state, ckpt_path)

@@ -33,6 +33,8 @@ class TraceCollator:
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
         length = max(len(row["labels"]) for row in rows)
         batch = {}
+        if "loop_features" in rows[0]:  # one vector per round, no padding
+            batch["loop_features"] = torch.stack([torch.as_tensor(row["loop_features"]).float() for row in rows])
         for name, fill in (("draft_hidden_states", 0.0), ("draft_features", 0.0), ("labels", -100.0)):
             items = [torch.as_tensor(row[name]).float() for row in rows]
             if all(item.shape[0] == length for item in items):
@@ -51,12 +53,15 @@ class TraceTensors(torch.utils.data.Dataset):
     which otherwise dominates training time for a model this small."""
 
     def __init__(self, dataset, label_column: str = "labels"):
-        data = dataset.with_format("numpy", columns=[*INPUT_COLUMNS, label_column])
+        loop = ["loop_features"] if "loop_features" in dataset.column_names else []
+        data = dataset.with_format("numpy", columns=[*INPUT_COLUMNS, *loop, label_column])
         self.columns = {
             "draft_hidden_states": torch.as_tensor(np.stack(data["draft_hidden_states"])),
             "draft_features": torch.as_tensor(np.stack(data["draft_features"])).float(),
             "labels": torch.as_tensor(np.stack(data[label_column])).float(),
         }
+        if loop:  # the loop's state when each round started (collect_along_answers)
+            self.columns["loop_features"] = torch.as_tensor(np.stack(data["loop_features"])).float()
 
     def __len__(self) -> int:
         return len(self.columns["labels"])
@@ -175,7 +180,8 @@ def build_preverifier(manifest: dict, init_from: str | None = None, **overrides)
         config = PacerConfig(draft_hidden_size=manifest["draft_hidden_size"], draft_model=manifest["draft_model"],
                              target_model=manifest["target_model"], draft_signature=manifest["draft_signature"],
                              max_draft_tokens=max(steps, overrides.pop("max_draft_tokens", None) or steps),
-                             **overrides)
+                             loop_features=manifest.get("loop_features", False) if overrides.get("loop_features") is None
+                             else overrides["loop_features"], **{k: v for k, v in overrides.items() if k != "loop_features"})
         return PacerPreVerifier(config)
     from ..generation import load_preverifier
 
@@ -208,7 +214,10 @@ def predict_probs(model: PacerPreVerifier, dataset: TraceTensors, batch_size: in
     probs = []
     for start in range(0, len(dataset), batch_size):
         hidden = columns["draft_hidden_states"][start:start + batch_size].to(model.device)
-        logits = model(hidden, columns["draft_features"][start:start + batch_size].to(model.device)).logits
+        loop = columns.get("loop_features")
+        loop = loop[start:start + batch_size].to(model.device) if loop is not None and model.loop_proj is not None else None
+        logits = model(hidden, columns["draft_features"][start:start + batch_size].to(model.device),
+                       loop_features=loop).logits
         probs.append(torch.sigmoid(logits.float()).cpu().numpy())
     return np.concatenate(probs), columns["labels"].numpy()
 
@@ -326,6 +335,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=int)
     parser.add_argument("--threshold", type=float)
     parser.add_argument("--decision-rule", choices=("block", "cumulative"))
+    parser.add_argument("--no-loop-features", action="store_true",
+                        help="ignore the loop's state recorded with the traces (`collect-answers`): the ablation")
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--batch-size", type=int, default=64, help="global batch (split across processes)")
@@ -338,7 +349,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @cli_errors("train")
 def run(args: argparse.Namespace) -> int:
     overrides = {"reject_weight": args.reject_weight, "input_mode": args.input_mode, "hidden_size": args.hidden_size,
-                 "block_size": args.block_size, "threshold": args.threshold, "decision_rule": args.decision_rule}
+                 "block_size": args.block_size, "threshold": args.threshold, "decision_rule": args.decision_rule,
+                 "loop_features": False if args.no_loop_features else None}
     if args.init_from and (args.input_mode or args.hidden_size):
         raise ValueError("--input-mode/--hidden-size define a new architecture; they cannot be used with --init-from.")
     _, metrics = train_preverifier(

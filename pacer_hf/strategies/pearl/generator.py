@@ -94,6 +94,8 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
         self.stats.target_seconds.append(time.perf_counter() - self.sent_at)
         matches = int(num_matches)
         self.stats.accepted.append(matches)
+        if self.stop is not None:  # jobs made from now on read this round's outcome (a job in flight keeps its own)
+            self.stop.end_round(matches, self.pending, scores[0, matches])
         if self.job is None:
             return
         if matches < self.pending:
@@ -113,7 +115,7 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
 
     def _new_job(self, seq: torch.Tensor, budget: int, seed: int) -> Job:
         self.jobs_made += 1
-        return Job(self.jobs_made, seq, budget, seed)
+        return Job(self.jobs_made, seq, budget, seed, list(self.stop.loop) if self.stop is not None else None)
 
     def _continues(self, job: Job, input_ids: torch.Tensor) -> bool:
         """The job continues from the target's token: all candidates accepted, first token == bonus token."""
@@ -152,6 +154,8 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
 
         if job.interrupted(None):
             return
+        if self.stop is not None and job.loop is not None:
+            self.stop.loop = job.loop
         n, processed = self._draft(job.seq, job.budget, generator=self.rng, interrupt=interrupt)
         kept = max(1, n) if processed else 0  # the first token is always kept: it is what pre-verify checks
         seq_len = job.seq.shape[1]

@@ -40,11 +40,12 @@ _CUT, _EXPECT_JOB, _EXPECT_TOKEN = 0, 1, 2  # slots of the process worker's shar
 class Job:
     """One draft-ahead request: draft up to `budget` tokens after `seq`, sampling with seed `seed`."""
 
-    __slots__ = ("id", "seq", "budget", "seed", "tokens", "scores", "done", "error", "cancelled", "cut",
+    __slots__ = ("id", "seq", "budget", "seed", "loop", "tokens", "scores", "done", "error", "cancelled", "cut",
                  "expected_first", "seconds", "ready", "sync")
 
-    def __init__(self, job_id: int, seq: torch.Tensor, budget: int, seed: int = 0):
+    def __init__(self, job_id: int, seq: torch.Tensor, budget: int, seed: int = 0, loop: list[float] | None = None):
         self.id, self.seq, self.budget, self.seed = job_id, seq, budget, seed
+        self.loop = loop  # the loop state the pre-verifier reads (`loop_features`), fixed when the job is made
         self.tokens: list[int] = []
         self.scores: list[torch.Tensor] = []  # processed draft logits of each token (sampling only)
         self.done = threading.Event()
@@ -258,7 +259,7 @@ class ProcessWorker(DraftWorker):
         self.start()
         length = job.seq.shape[1]
         self.shared_seq[:, :length] = job.seq
-        self.conn.send((job.id, length, job.budget, job.seed))
+        self.conn.send((job.id, length, job.budget, job.seed, job.loop))
 
     def cancel(self, job: Job) -> None:
         super().cancel(job)
@@ -327,8 +328,8 @@ class ProcessWorker(DraftWorker):
                     return
                 if request is None:
                     return
-                job_id, length, budget, seed = request
-                job = Job(job_id, self.shared_seq[:, :length], budget, seed)
+                job_id, length, budget, seed, loop = request
+                job = Job(job_id, self.shared_seq[:, :length], budget, seed, loop)
                 job.sync = self._sync
                 forwards, preverifier_seconds = self.stats.draft_forwards, self.stats.preverifier_seconds
                 self._execute(job)

@@ -1,0 +1,367 @@
+"""Stage `onpolicy` of `pacer-hf build-demo-pair`: fit the demo draft to the demo target on the target's own text.
+
+DistillSpec's recipe on the stdlib pair: the target writes greedy and T = 1 continuations of TRAIN-split
+prompts (with its top-k log-probabilities at every step), and the draft is trained on them (soft top-k
+cross-entropy + cross-entropy on the target's token) under a wall-clock budget. The draft then agrees with
+the target where the loop actually queries it, along the target's own path, and acceptance ranges from
+nothing to long runs: the variation a stop rule exploits.
+
+Steps (each resumable: results under WORK/onpolicy/ are appended or checkpointed and picked up again):
+  responses   greedy answers, then T = 1 answers, batched (`smollm2_draft.stage_responses`)
+  train       the draft (all its weights) distilled on them (`smollm2_draft_train.stage_train`)
+  measure     held-out greedy agreement along the target's greedy path on HumanEval prompts (never trained
+              on), mean accepted tokens per round at gamma = 8, c = draft step / target step
+  ship        the best draft in bf16 to OUT/demo-draft with a card whose numbers come from `measure`
+
+Prompts come from files the benchmark never draws from: windows, function signatures + docstrings and literal
+tables of the TRAIN split, and `def test_` windows of stdlib test suites outside the benchmark's tenth.
+The models are the work dir's `target` and `distill` stages when they exist, else the shipped demo pair in
+OUT (so the stage can re-fit the shipped draft without rebuilding the target).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import torch
+
+WORK_SUBDIR = "onpolicy"
+REPORT = "report.json"
+
+
+def onpolicy_prompts(tokenizer, splits_file: Path, n: int, prompt_tokens: int = 256, seed: int = 0,
+                     root: Path | None = None) -> list[tuple[str, str, list[int]]]:
+    """(key, category, prompt ids) of `n` prompts shaped like the benchmark's categories, from files it never
+    uses: 40 % docstring prompts and 10 % literal tables of TRAIN-split files, 30 % windows of TRAIN-split
+    files (64..prompt_tokens tokens), 20 % `def test_` windows of test suites outside the benchmark's tenth."""
+    import sysconfig
+
+    from ..bench.prompts import boilerplate_texts, docstring_texts, stdlib_test_files
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    root = Path(root or stdlib)
+    train = [root / rel for rel in json.loads(Path(splits_file).read_text())["train"]]
+    benchmarked = set(stdlib_test_files())
+    tests = [p for p in sorted((stdlib / "test").glob("test_*.py")) if p not in benchmarked]
+    rng = random.Random(seed)
+    if n // 4 < len(train):  # few prompts (a smoke build): read a sample of the files only
+        train, tests = rng.sample(train, max(4, n // 4)), rng.sample(tests, min(len(tests), max(4, n // 4)))
+
+    def encoded(category: str, texts: list[tuple[str, str]], count: int) -> list[tuple[str, str, list[int]]]:
+        rng.shuffle(texts)
+        out = []
+        for key, text in texts:
+            ids = tokenizer(text)["input_ids"][-prompt_tokens:]
+            if len(ids) >= 24:
+                out.append((f"{category}/{key}", category, ids))
+            if len(out) == count:
+                break
+        return out
+
+    windows = []
+    for path in train:
+        ids = tokenizer(path.read_text(encoding="utf-8", errors="replace"))["input_ids"]
+        for _ in range(max(1, len(ids) // 2000)):
+            if len(ids) > prompt_tokens + 64:
+                length = rng.randrange(64, prompt_tokens + 1)
+                start = rng.randrange(0, len(ids) - length - 32)
+                windows.append((f"{path.relative_to(root).as_posix()}@{start}", ids[start:start + length]))
+    rng.shuffle(windows)
+    test_windows = [t for t in boilerplate_texts(tests) if not t[0].split(":")[0].startswith("_")]
+    tables = [t for t in boilerplate_texts(train)]
+    out = encoded("docstring", docstring_texts(train), int(0.4 * n))
+    out += encoded("tables", tables, int(0.1 * n))
+    out += encoded("tests", test_windows, int(0.2 * n))
+    out += [(f"window/{key}", "window", ids) for key, ids in windows[: n - len(out)]]
+    seen: dict[str, int] = {}
+    for i, (key, category, ids) in enumerate(out):  # two functions of one name in one file: keys stay unique
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > 1:
+            out[i] = (f"{key}#{seen[key]}", category, ids)
+    return out
+
+
+def load_models(args: argparse.Namespace, work: Path):
+    """(target, starting draft, tokenizer, source): the work dir's trained stages, else the shipped pair in
+    args.out. The starting draft is saved to WORK/onpolicy/start on first use and read from there afterwards,
+    so a rerun after shipping starts from the same draft (not from the shipped, already fitted one)."""
+
+    from .demo_data import load_stage_model
+
+    target, draft, tokenizer, source = _load_pair(args, work)
+    start = work / WORK_SUBDIR / "start"
+    if (start / "config.json").is_file():
+        draft, source = load_stage_model(start).eval(), f"{source} (starting draft from {start})"
+    else:
+        draft.save_pretrained(start)
+    return target, draft, tokenizer, source
+
+
+def _load_pair(args: argparse.Namespace, work: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .demo_data import load_stage_model
+
+    if (work / "target" / "final").is_dir():
+        draft_stage = "distill" if (work / "distill" / "final").is_dir() else "draft"
+        target, draft = load_stage_model(work / "target" / "final"), load_stage_model(work / draft_stage / "final")
+        return target.eval(), draft.eval(), AutoTokenizer.from_pretrained(work / "tokenizer"), f"{work}/{{target,{draft_stage}}}"
+    out = Path(args.out)
+    for role in ("target", "draft"):
+        if not (out / f"demo-{role}" / "config.json").is_file():
+            raise FileNotFoundError(f"Stage onpolicy needs the pair: neither {work}/target/final nor {out}/demo-{role} "
+                                    "exists. Run the earlier stages first (--stage all) or pass --out with a built pair.")
+    load = {"dtype": torch.float32}
+    target = AutoModelForCausalLM.from_pretrained(out / "demo-target", **load).eval()
+    draft = AutoModelForCausalLM.from_pretrained(out / "demo-draft", **load).eval()
+    return target, draft, AutoTokenizer.from_pretrained(out / "demo-target"), f"{out}/demo-{{target,draft}}"
+
+
+def stage_responses(args: argparse.Namespace, work: Path, target, tokenizer) -> None:
+    from .demo_data import SPLITS_FILE
+    from .smollm2_draft import stage_responses as generate
+
+    folder = work / WORK_SUBDIR
+    splits = work / SPLITS_FILE if (work / SPLITS_FILE).is_file() else Path(args.out) / "demo-target" / SPLITS_FILE
+    prompts = onpolicy_prompts(tokenizer, splits, args.onpolicy_prompts, seed=args.seed, root=Path(args.corpus_root))
+    budget = 60 * args.onpolicy_generate_minutes
+    start = time.perf_counter()
+    generate(target, tokenizer, prompts, folder, max_new_tokens=args.onpolicy_new_tokens, batch_size=32,
+             top_k=32, budget_s=budget * 2 / 3)
+    sampled = prompts[::3]  # a third of the prompts again, sampled at T = 1
+    generate(target, tokenizer, sampled, folder, max_new_tokens=args.onpolicy_new_tokens, batch_size=32, top_k=32,
+             budget_s=max(0.0, budget - (time.perf_counter() - start)), do_sample=True)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The stage's options (part of `pacer-hf build-demo-pair`)."""
+    parser.add_argument("--onpolicy-prompts", type=int, default=3000, help="TRAIN-split prompts the target answers")
+    parser.add_argument("--onpolicy-new-tokens", type=int, default=128, help="answer length cap")
+    parser.add_argument("--onpolicy-generate-minutes", type=float, default=14,
+                        help="wall-clock budget for the answers (2/3 greedy, then T = 1 answers of a third of the prompts)")
+    parser.add_argument("--onpolicy-train-minutes", type=float, default=15, help="0 skips the stage")
+    parser.add_argument("--onpolicy-lr", type=float, default=1e-3)
+    parser.add_argument("--onpolicy-eval-prompts", type=int, default=40, help="HumanEval prompts for the measurements")
+    parser.add_argument("--preverifier-max-tokens", type=int, default=12, help="drafted tokens per round in the traces")
+    parser.add_argument("--preverifier-epochs", type=float, default=8)
+    parser.add_argument("--calibrate-threads", type=int, default=1,
+                        help="torch threads while the pre-verifier's costs are measured (as the demo runs)")
+
+
+def stage_train(args: argparse.Namespace, work: Path, target, draft) -> Path:
+    from .smollm2_draft import RESPONSES, SAMPLED_RESPONSES
+    from .smollm2_draft_train import stage_train as distil
+
+    return distil(target, work / WORK_SUBDIR, draft=draft, files=(RESPONSES, SAMPLED_RESPONSES),
+                  budget_s=60 * args.onpolicy_train_minutes, checkpoint_every=120.0, lr=args.onpolicy_lr,
+                  accumulate=8, seed=args.seed, eval_records=120)
+
+
+@torch.no_grad()
+def measure(target, draft, tokenizer, prompts: int = 40, new_tokens: int = 128, cap: int = 8) -> dict:
+    """What the issue's targets name, on HumanEval prompts (code the pair never trained on): greedy agreement
+    of the draft along the target's own greedy path (teacher-forced), mean accepted draft tokens per round of
+    fixed length `cap`, the decode step costs and c (interleaved rounds, lowest median)."""
+    from ..bench.prompts import humaneval_prompts
+    from .demo_export import decode_costs, oracle_lengths
+    from .smollm2_draft import generate_batch
+    from .smollm2_draft_train import agreement
+
+    texts = humaneval_prompts(prompts)
+    ids = [tokenizer(t)["input_ids"] for t in texts]
+    eos = {tokenizer.eos_token_id}
+    answers = []
+    for i in range(0, len(ids), 8):
+        answers += generate_batch(target, ids[i:i + 8], new_tokens, 1, tokenizer.eos_token_id, eos)
+    records = [{"prompt": p, **a} for p, a in zip(ids, answers) if a["response"]]
+    timing = {k: round(v, 3) for k, v in decode_costs({"target": target, "draft": draft}).items()}
+    return {"prompts": f"HumanEval/0..{prompts - 1}", "new_tokens": new_tokens,
+            "agreement_greedy_path": round(agreement(draft, records), 4),
+            "rounds_at_cap": oracle_lengths(target, draft, tokenizer, texts[:max(1, prompts // 2)], new_tokens, cap),
+            "decode_step_ms": timing, "c": round(timing["draft"] / timing["target"], 4),
+            "torch_threads": torch.get_num_threads()}
+
+
+def stage_onpolicy(args: argparse.Namespace, work: Path) -> None:
+    """The stage: responses, train, measure before/after, ship (each step skipped when its result exists)."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    from .demo_data import SPLITS_FILE, load_stage_model
+    from .smollm2_draft import RESPONSES, SAMPLED_RESPONSES
+    from .smollm2_draft_train import read_records
+
+    if args.onpolicy_train_minutes <= 0:
+        print("[onpolicy] skipped (--onpolicy-train-minutes 0)")
+        return
+    folder = work / WORK_SUBDIR
+    target, draft, tokenizer, source = load_models(args, work)
+    print(f"[onpolicy] pair: {source}", flush=True)
+    stage_responses(args, work, target, tokenizer)
+    best = stage_train(args, work, target, draft)
+    report_path = folder / REPORT
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    sizes = {"prompts": args.onpolicy_eval_prompts, "new_tokens": args.onpolicy_new_tokens}
+    if "before" not in report:
+        report["before"] = measure(target, draft, tokenizer, **sizes)
+    fitted = load_stage_model(best).eval()
+    report["after"] = measure(target, fitted, tokenizer, **sizes)
+    records = {name: read_records(folder / name) for name in (RESPONSES, SAMPLED_RESPONSES)}
+    history = json.loads((best.parent / "history.json").read_text())["history"]
+    report.update({
+        "source": source, "command": args.command_line, "history": history,
+        "data": {name: {"answers": len(rs), "tokens": sum(len(r["response"]) for r in rs),
+                        "held_out_answers": sum(r["heldout"] for r in rs)} for name, rs in records.items()},
+        "train_minutes": args.onpolicy_train_minutes, "lr": args.onpolicy_lr,
+        "parameters": sum(p.numel() for p in fitted.parameters())})
+    report_path.write_text(json.dumps(report, indent=1))
+    print(f"[onpolicy] before {json.dumps(report['before'])}\n[onpolicy] after {json.dumps(report['after'])}", flush=True)
+    out = Path(args.out) / "demo-draft"
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    fitted.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    generation = GenerationConfig(bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+                                  pad_token_id=tokenizer.eos_token_id, do_sample=False, num_assistant_tokens=20,
+                                  num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.4)
+    generation.save_pretrained(tmp)  # HF's assisted generation reads these from the draft: set explicitly
+    splits = work / SPLITS_FILE if (work / SPLITS_FILE).is_file() else Path(args.out) / "demo-target" / SPLITS_FILE
+    shutil.copy(splits, tmp / SPLITS_FILE)
+    (tmp / "README.md").write_text(draft_card(report))
+    AutoModelForCausalLM.from_pretrained(tmp)  # loads before it replaces anything
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    print(f"[onpolicy] wrote {out}")
+
+
+def draft_card(report: dict) -> str:
+    """The model card of the fitted draft; every number from the stage's report.json."""
+    before, after, data = report["before"], report["after"], report["data"]
+    best = max(report["history"], key=lambda h: h["agreement"])
+    greedy, sampled = data["responses.jsonl"], data["responses_sampled.jsonl"]
+    rows = "\n".join(f"| {h['elapsed'] / 60:.1f} | {h['step']} | {h['agreement']:.3f} |" for h in report["history"])
+
+    def line(name: str, m: dict) -> str:
+        r = m["rounds_at_cap"]
+        return (f"| {name} | {m['agreement_greedy_path']:.3f} | {r['mean']:.2f} | {m['decode_step_ms']['draft']} | "
+                f"{m['decode_step_ms']['target']} | {m['c']} |")
+
+    return f"""---
+library_name: transformers
+license: apache-2.0
+pipeline_tag: text-generation
+tags:
+- pacer_hf
+- speculative-decoding
+- demo-draft
+datasets:
+- python-stdlib (local, see corpus_splits.json)
+---
+# pacer_hf demo draft
+
+The draft half of pacer_hf's embedded demo pair: a 1-layer Llama ({report['parameters']:,} parameters) with the
+tokenizer of its partner `demo-target`, trained on the Python standard library and then fitted to the target
+on the target's own text (on-policy distillation, as in DistillSpec). It exists so that `pacer-hf demo` runs
+speculative decoding on a real pair offline; it is a toy, not a useful code model.
+
+## Fitted to its target
+
+The target wrote greedy answers ({greedy['answers']:,} answers, {greedy['tokens']:,} tokens) and T = 1 answers
+({sampled['answers']:,}, {sampled['tokens']:,} tokens) of at most {after['new_tokens']} tokens to prompts from
+TRAIN-split files only (function signatures with docstrings, literal tables, windows of library code, and
+`def test_` windows of stdlib test suites the benchmark never samples), keeping its top-32 log-probabilities at
+every step. The draft (all weights) was trained on them for {report['train_minutes']:g} minutes: soft
+cross-entropy against the target's top-32 distribution plus cross-entropy on the target's token, AdamW lr
+{report['lr']}. Answers of one prompt in ten are held out; the checkpoint with the best held-out agreement ships.
+
+| training minutes | step | held-out agreement |
+|---|---|---|
+{rows}
+
+Shipped: agreement {best['agreement']:.3f} after {best['elapsed'] / 60:.1f} minutes.
+
+## Measured on HumanEval prompts (never trained on)
+
+Greedy agreement along the target's own greedy path ({after['prompts']}, {after['new_tokens']} new tokens,
+teacher-forced), mean accepted draft tokens per round of {after['rounds_at_cap']['cap']} drafted tokens
+(HumanEval/0..19), decode step of each model (1 token after a cached 128-token prefix, float32,
+{after['torch_threads']} torch thread(s), lowest median of interleaved rounds):
+
+| draft | agreement | mean accepted at γ = {after['rounds_at_cap']['cap']} | draft ms | target ms | c |
+|---|---|---|---|---|---|
+{line("before fitting", before)}
+{line("shipped", after)}
+
+Rebuilt with:
+
+```
+{report['command']}
+```
+
+Load with `AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)`.
+"""
+
+
+def stage_preverifier(args: argparse.Namespace, work: Path) -> None:
+    """A pre-verifier for the fitted draft: traces along the target's greedy answers with the loop's state
+    (`collect_along_answers`; held-out answers apart), `train_preverifier` (Trainer), then costs measured on this
+    machine and the stop rule chosen on the held-out traces (`calibrate_preverifier`); written to
+    OUT/demo-preverifier with its card. Each step is skipped when its result exists."""
+    from transformers import AutoModelForCausalLM
+
+    from ..generation import load_preverifier
+    from ..hub.publish import build_preverifier_repo
+    from .calibrate import calibrate_preverifier, format_table, measure_costs, measure_loop_costs
+    from .collect import collect_along_answers, load_traces, read_manifest
+    from .smollm2_draft import RESPONSES
+    from .smollm2_draft_train import read_records
+    from .train import split_by_text, train_preverifier
+
+    folder = work / WORK_SUBDIR
+    out = Path(args.out)
+    load = {"dtype": torch.float32}
+    target = AutoModelForCausalLM.from_pretrained(out / "demo-target", **load).eval()
+    draft = AutoModelForCausalLM.from_pretrained(out / "demo-draft", **load).eval()
+    records = read_records(folder / RESPONSES)
+    traces = {}
+    for split, rows in (("train", [r for r in records if not r["heldout"]]), ("heldout", [r for r in records if r["heldout"]])):
+        path = folder / f"traces-{split}"
+        manifest = read_manifest(path) if (path / "manifest.json").is_file() else {}
+        if not manifest.get("complete"):
+            collect_along_answers(draft, rows, path, max_draft_tokens=args.preverifier_max_tokens,
+                                  source=f"{folder / RESPONSES} ({split})", draft_name=str(out / "demo-draft"),
+                                  target_name=str(out / "demo-target"), overwrite=True)
+        traces[split] = path
+    trained = folder / "preverifier"
+    if not (trained / "model.safetensors").is_file():
+        train_preverifier(str(traces["train"]), trained, eval_data=str(traces["heldout"]), epochs=args.preverifier_epochs,
+                          seed=args.seed)
+    preverifier = load_preverifier(str(trained)).eval()
+    # choose on half of the held-out answers, report on the other half (a smoke build has too few: both on all)
+    heldout = load_traces(traces["heldout"])
+    halves = len(set(heldout["text_id"])) >= 4
+    choose, report_on = split_by_text(heldout, 0.5, args.seed + 1) if halves else (heldout, None)
+    torch.set_num_threads(args.calibrate_threads)  # costs as `pacer-hf demo` and the benchmark run (1 thread)
+    costs = measure_costs(target, draft, preverifier, max_k=max(16, preverifier.config.max_draft_tokens))
+    measured = {"data": str(traces["heldout"]), "report_fraction": 0.5 if halves else None, "machine": __import__("platform").machine(),
+                "torch_threads": torch.get_num_threads(), "bare_draft_cost": costs.draft_cost,
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "costs": "measured: context 128, 15 interleaved repeats, medians; draft step and loop overheads "
+                         "measured inside generate", "draft_model": "hub_cards/demo-draft",
+                "target_model": "hub_cards/demo-target"}
+    costs = measure_loop_costs(target, draft, costs)
+    report = calibrate_preverifier(preverifier, choose, costs, measured=measured, report_traces=report_on)
+    print(format_table(report), flush=True)
+    preverifier.config.draft_model, preverifier.config.target_model = "hub_cards/demo-draft", "hub_cards/demo-target"
+    preverifier.save_pretrained(folder / "preverifier-calibrated")
+    build_preverifier_repo(folder / "preverifier-calibrated", out / "demo-preverifier", datasets=[
+        "python-stdlib (local; the demo target's greedy answers to TRAIN-split prompts, decoded round by round "
+        "with the fitted demo draft, see docs/DEMO_PAIR.md)"])
+    print(f"[onpolicy] wrote {out / 'demo-preverifier'}", flush=True)
