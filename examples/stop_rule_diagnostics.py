@@ -34,8 +34,8 @@ class RecordingScorer(RoundScorer):
         self.rounds = rounds
         super().__init__(model)
 
-    def start(self) -> None:
-        super().start()
+    def start(self, loop: list[float] | None = None) -> None:
+        super().start(loop)
         self.rounds.append([])
 
     def add(self, hidden, features) -> float:
