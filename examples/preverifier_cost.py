@@ -17,6 +17,7 @@ import time
 import torch
 
 import pacer_hf
+from pacer_hf.modeling_pacer import loop_features
 from pacer_hf.pairs import load_pair
 from pacer_hf.timing import draft_step_timer, preverifier_token_timer
 
@@ -27,6 +28,8 @@ def main() -> None:
     pv = pair.preverifier
     hidden = torch.randn(8, 1, pair.draft.config.hidden_size)
     logits = torch.randn(8, 1, pair.draft.config.vocab_size)
+    loop = torch.tensor([loop_features(2, 8, 0.9, pv.config.max_draft_tokens)]) \
+        if pv.config.loop_features else None
 
     @torch.no_grad()
     def full_rerun() -> float:
@@ -35,7 +38,7 @@ def main() -> None:
         for i in range(8):
             seen.append(hidden[i])
             features.append(pacer_hf.draft_features(logits[i], logits[i].argmax(-1)))
-            pv.decide(pv(torch.stack(seen, 1), torch.stack(features, 1)).logits[0])
+            pv.decide(pv(torch.stack(seen, 1), torch.stack(features, 1), loop_features=loop).logits[0])
         return (time.perf_counter() - start) / 8
 
     settings = {"numpy scorer": preverifier_token_timer(pv, pair.draft),

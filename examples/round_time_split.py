@@ -31,13 +31,19 @@ def main() -> None:
     pacer = args.pacer or load_demo_preverifier(draft)[0]
     target = pacer_hf.enable(target)
     forwards: dict[int, list[float]] = defaultdict(list)
-    started = {}
+    prefill: list[float] = []
+    started = {"first": False}
 
     def before(module, args_, kwargs):
         started["t"], started["width"] = time.perf_counter(), kwargs["input_ids"].shape[1]
 
     def after(module, args_, kwargs, output):
-        forwards[started["width"]].append(time.perf_counter() - started["t"])
+        seconds = time.perf_counter() - started["t"]
+        if started["first"]:  # a call's first target forward reads the prompt
+            prefill.append(seconds)
+            started["first"] = False
+        else:
+            forwards[started["width"]].append(seconds)
 
     target.register_forward_pre_hook(before, with_kwargs=True)
     target.register_forward_hook(after, with_kwargs=True)
@@ -47,7 +53,7 @@ def main() -> None:
         tokens, seconds, drafted = 0, 0.0, 0
         for text in texts:
             ids = tokenizer(text, return_tensors="pt")
-            start = time.perf_counter()
+            started["first"], start = True, time.perf_counter()
             out = target.generate(**ids, assistant_model=draft, pacer=pacer, do_sample=False,
                                   max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
             seconds += time.perf_counter() - start
@@ -57,12 +63,12 @@ def main() -> None:
 
     one_pass()
     forwards.clear()
+    prefill.clear()
     tokens, seconds, drafted = one_pass()
-    prefill = max(forwards)  # the prompt's forward, one per call
-    verify = {w: v for w, v in forwards.items() if w != prefill}
+    verify = dict(forwards)
     verify_s = sum(sum(v) for v in verify.values())
     rounds = sum(len(v) for v in verify.values())
-    rest = seconds - verify_s - sum(forwards[prefill])
+    rest = seconds - verify_s - sum(prefill)
     print(f"{args.pacer or 'pacer'}: {tokens / seconds:.1f} tok/s, {rounds} rounds, {drafted} drafted tokens")
     print(f"verify forwards {verify_s:.3f} s; everything else (prefill excluded) {rest:.3f} s = "
           f"{1000 * rest / rounds:.2f} ms per round, {1000 * rest / max(drafted, 1):.2f} ms per drafted token")
