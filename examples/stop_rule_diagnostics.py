@@ -1,4 +1,4 @@
-"""What bounds Pacer's stop rule on the demo pair's benchmark prompts (docs/TRAINING.md §5.5). A diagnostic:
+"""What bounds Pacer's stop rule on the demo pair's benchmark prompts (docs/TRAINING.md §5.4). A diagnostic:
 it reads the benchmark's prompts, so nothing it prints may be used to choose a setting.
 
     python examples/stop_rule_diagnostics.py --prompts 8

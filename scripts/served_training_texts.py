@@ -1,4 +1,4 @@
-"""Training texts like the benchmark's prompts, for the demo pair's pre-verifier (docs/TRAINING.md §5.5).
+"""Training texts like the benchmark's prompts, for the demo pair's pre-verifier (docs/TRAINING.md §5.4).
 
 Writes two JSONL files (`{"text": ...}` per line), never from the benchmark's own prompts or files:
 - `train.jsonl`: the benchmark's prompt builders over a sample of the pair's *train* split of stdlib files
