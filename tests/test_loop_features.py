@@ -126,7 +126,8 @@ def _answers(target, n: int = 4, new_tokens: int = 20) -> list[dict]:
 def test_collect_along_answers_labels_and_chain(pair, tmp_path):
     """Labels equal verification by the target (its forward over prefix + draft); rounds follow one another as
     fixed-length speculative decoding runs them; each row carries the loop state that round would see."""
-    from pacer_hf.training.collect import collect_along_answers, load_traces, propose_and_label, read_manifest
+    from pacer_hf.training.collect import load_traces, propose_and_label, read_manifest
+    from pacer_hf.training.collect_answers import collect_along_answers
 
     target, draft = pair("llama", "noisy")
     records = _answers(target)
@@ -160,7 +161,7 @@ def test_collect_along_answers_labels_and_chain(pair, tmp_path):
 
 
 def test_trained_on_them_reads_them(pair, tmp_path):
-    from pacer_hf.training.collect import collect_along_answers
+    from pacer_hf.training.collect_answers import collect_along_answers
     from pacer_hf.training.train import predict_probs, prepare, train_preverifier
 
     target, draft = pair("llama", "noisy")

@@ -19,7 +19,6 @@ import argparse
 import hashlib
 import inspect
 import json
-import math
 import os
 import shutil
 import time
@@ -332,113 +331,6 @@ def collect(
                 bar.update(len(chunk))
             _save_shard(rows, features, shard_dir, k)
             written += 1
-            done.append(k)
-            manifest["done_shards"] = sorted(done)
-            manifest["complete"] = len(done) == len(shards)
-            _write_json(out / MANIFEST, manifest)
-    finally:
-        bar.close()
-    manifest["complete"] = True
-    manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    _write_json(out / MANIFEST, manifest)
-    return out
-
-
-def collect_along_answers(
-    draft: PreTrainedModel,
-    records: list[dict],
-    output_dir: str | Path,
-    *,
-    max_draft_tokens: int = 12,
-    context: int = 256,
-    batch_size: int = 32,
-    records_per_shard: int = 64,
-    source: str = "in-memory",
-    draft_name: str | None = None,
-    target_name: str | None = None,
-    overwrite: bool = False,
-    progress: bool = True,
-) -> Path:
-    """Greedy traces along the target's own greedy answers, round by round, with the loop's state (resumable).
-
-    `records`: the target's answers as `pacer-hf build-draft` / `build-demo-pair` write them (`prompt`,
-    `response` token ids, `top_logp`: the target's sorted top log-probabilities at every answer step). Each
-    answer is decoded the way fixed-length speculative decoding would run it: a round at position p drafts
-    `max_draft_tokens` tokens, accepts the leading ones that equal the answer's (on the target's greedy path
-    that is exactly greedy verification, so no target forward is needed), and the next round starts after the
-    target's own token. Every round is one row with `loop_features`: the previous round's accepted count and
-    whether that was all `max_draft_tokens`, and the target's probability of the token before p
-    (`modeling_pacer.loop_features`). Positions past an answer's end are unknown (-100). The manifest
-    records `loop_features: true`, so `pacer-hf train` builds a pre-verifier that reads them.
-    """
-    from ..modeling_pacer import loop_features
-
-    records = [r for r in records if r["response"]]
-    if not records:
-        raise ValueError("collect_along_answers() got no answers with tokens.")
-    config = CollectConfig(max_draft_tokens=max_draft_tokens, context=context, batch_size=batch_size,
-                           shard_size=records_per_shard, positions_per_text=1, min_prefix=1)
-    out = Path(output_dir)
-    hidden_size = int(draft.get_output_embeddings().weight.shape[1])
-    run = {
-        "format_version": FORMAT_VERSION, "config": asdict(config), "source": source, "loop_features": True,
-        "tokens_sha256": _digest([r["prompt"] + r["response"] for r in records]),
-        "draft_model": model_name(draft, draft_name), "target_model": target_name or "the answers' target",
-        "draft_signature": draft_signature(draft.config), "draft_hidden_size": hidden_size,
-    }
-    shards = [list(range(i, min(i + records_per_shard, len(records)))) for i in range(0, len(records), records_per_shard)]
-    _prepare_folder(out, run, overwrite)
-    manifest = {**run, "label_kind": "greedy", "num_texts": len(records), "num_units": len(records),
-                "num_shards": len(shards), "done_shards": [], "complete": False}
-    shard_dir = out / "shards"
-    shard_dir.mkdir(parents=True, exist_ok=True)
-    for stale in shard_dir.glob(".tmp-*"):
-        shutil.rmtree(stale)
-    done = sorted(k for k in range(len(shards)) if (shard_dir / f"shard-{k:05d}").is_dir())
-    manifest["done_shards"] = done
-    _write_json(out / MANIFEST, manifest)
-    features = _features(max_draft_tokens, hidden_size)
-    features["loop_features"] = datasets.Sequence(datasets.Value("float32"), length=3)
-    bar = tqdm(total=len(records), initial=sum(len(shards[k]) for k in done), unit="answer", desc="collect answers",
-               disable=not progress, dynamic_ncols=True)
-    try:
-        for k, members in enumerate(shards):
-            if k in done:
-                continue
-            rows: dict[str, list] = {name: [] for name in features}
-            # one chain per answer: (record index, next round's position in prompt + response, loop state)
-            chains = [(i, len(records[i]["prompt"]), [0.0, 0.0, 0.0]) for i in members]
-            while chains:
-                batch, chains = chains[:batch_size], chains[batch_size:]
-                fulls = [records[i]["prompt"] + records[i]["response"] for i, _, _ in batch]
-                prefixes = [full[max(0, p - context):p] for full, (_, p, _) in zip(fulls, batch)]
-                _, _, tokens, hidden, logits = draft_rollout(draft, prefixes, max_draft_tokens)
-                feats = draft_features(logits, tokens).cpu().numpy().astype(np.float32)
-                hidden = hidden.to(torch.float16).cpu().numpy()
-                tokens = tokens.cpu().numpy()
-                for b, ((i, p, loop), full) in enumerate(zip(batch, fulls)):
-                    record, start = records[i], len(records[i]["prompt"])
-                    labels = np.full(max_draft_tokens, -100.0, dtype=np.float32)
-                    unmasked = labels.copy()
-                    accepted, open_ = 0, True
-                    for j in range(min(max_draft_tokens, len(full) - p)):
-                        unmasked[j] = float(tokens[b, j] == full[p + j])
-                        if open_:
-                            labels[j] = unmasked[j]
-                            accepted += int(unmasked[j])
-                            open_ = bool(unmasked[j])
-                    for name, value in (("example_id", f"{record.get('key', i)}@{p}"), ("text_id", i), ("position", p),
-                                        ("draft_tokens", tokens[b]), ("draft_hidden_states", hidden[b]),
-                                        ("draft_features", feats[b]), ("labels", labels),
-                                        ("labels_unmasked", unmasked), ("loop_features", loop)):
-                        rows[name].append(value)
-                    nxt = p + accepted + 1
-                    if nxt < len(full):  # the round after: the target's token at p + accepted is the one it chose
-                        confidence = math.exp(record["top_logp"][nxt - 1 - start][0])
-                        chains.append((i, nxt, loop_features(accepted, max_draft_tokens, confidence, max_draft_tokens)))
-                    else:
-                        bar.update(1)
-            _save_shard(rows, features, shard_dir, k)
             done.append(k)
             manifest["done_shards"] = sorted(done)
             manifest["complete"] = len(done) == len(shards)

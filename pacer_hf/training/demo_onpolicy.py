@@ -319,7 +319,8 @@ def stage_preverifier(args: argparse.Namespace, work: Path) -> None:
     from ..generation import load_preverifier
     from ..hub.publish import build_preverifier_repo
     from .calibrate import calibrate_preverifier, format_table, measure_costs, measure_loop_costs
-    from .collect import collect_along_answers, load_traces, read_manifest
+    from .collect import load_traces, read_manifest
+    from .collect_answers import collect_along_answers
     from .smollm2_draft import RESPONSES
     from .smollm2_draft_train import read_records
     from .train import split_by_text, train_preverifier
