@@ -24,12 +24,8 @@ from .configuration_pacer import NUM_DRAFT_FEATURES, NUM_LOOP_FEATURES, PacerCon
 
 
 def draft_features(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Features of the draft distribution at each drafted token: (log p(token), entropy, p1 - p2).
-
-    `logits` are the draft's raw (unprocessed) logits `(..., vocab)`, `tokens` the drafted ids `(...)`.
-    Raw logits keep the features identical between data collection and generation, whatever the
-    sampling settings.
-    """
+    """(log p(token), entropy, p1 - p2) of the draft's raw logits `(..., vocab)` at the drafted ids `(...)`: raw
+    logits keep the features identical between data collection and generation, whatever the sampling settings."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     probs = logp.exp()
     chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).clamp_min(-30.0)
@@ -39,11 +35,9 @@ def draft_features(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def loop_features(accepted: int, drafted: int, confidence: float, max_draft_tokens: int) -> list[float]:
-    """What the loop knows when a round starts (`config.loop_features`): the previous round's accepted tokens
-    as a share of `max_draft_tokens`, 1.0 when it accepted `max_draft_tokens` (the longest round the
-    pre-verifier knows; a shorter round that accepted all it drafted does not count, because training rounds
-    always draft `max_draft_tokens`), and the target's probability of the last token it chose (its confidence
-    there). Before the first round of a call (drafted = 0): `(0, 0, 0)`."""
+    """What the loop knows when a round starts (`config.loop_features`): the previous round's accepted share of
+    `max_draft_tokens`, 1.0 when it accepted all `max_draft_tokens` (as training rounds draft; a shorter round
+    does not count), the target's probability of its last token. Before a call's first round: zeros."""
     if drafted <= 0:
         return [0.0, 0.0, 0.0]
     return [accepted / max_draft_tokens, float(accepted >= max_draft_tokens), float(confidence)]
@@ -52,12 +46,7 @@ def loop_features(accepted: int, drafted: int, confidence: float, max_draft_toke
 def draft_signature(draft_config) -> dict:
     """The architecture facts a pre-verifier depends on; a draft that differs in any is refused."""
     text_config = draft_config.get_text_config() if hasattr(draft_config, "get_text_config") else draft_config
-    return {
-        "model_type": getattr(text_config, "model_type", None),
-        "hidden_size": getattr(text_config, "hidden_size", None),
-        "num_hidden_layers": getattr(text_config, "num_hidden_layers", None),
-        "vocab_size": getattr(text_config, "vocab_size", None),
-    }
+    return {key: getattr(text_config, key, None) for key in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")}
 
 
 @dataclass
