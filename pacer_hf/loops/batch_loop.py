@@ -31,9 +31,10 @@ from transformers import (
 from transformers.generation import GenerateDecoderOnlyOutput
 
 from .._hf_compat import CACHE_KWARG, eos_tensor
-from ..modeling_pacer import PacerPreVerifier, draft_features, loop_features
+from ..modeling_pacer import PacerPreVerifier, draft_features
 from ..stats import PacerStats
 from .batch_cache import RowCache, draft_row_cache
+from .candidate_generator import next_round_loop
 from .lean_loop import accept_step, process_positions
 
 BATCH_CACHES = ("mask", "compact")  # pacer_batch_cache=: mask rejected slots, or also realign rows every round
@@ -352,8 +353,7 @@ def _settle(row: _Row, drafted: list[int], from_draft: int, qs: list | None, log
         record.draft_lengths.append(k)
         record.accepted.append(n)
     if plan.preverifier is not None and getattr(plan.preverifier.config, "loop_features", False):
-        confidence = float(torch.softmax(new_logits[n].float(), dim=-1).max())
-        row.loop = loop_features(n, k, confidence, plan.preverifier.config.max_draft_tokens)
+        row.loop = next_round_loop(plan.preverifier, n, k, new_logits[n])
     if plan.phrases is not None:
         plan.phrases.commit(row.index, row.ids[row.pad:], from_draft, k - from_draft, n, row.stats)
     if keep_scores:

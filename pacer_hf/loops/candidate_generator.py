@@ -24,6 +24,13 @@ if TYPE_CHECKING:
     from .round_costs import RoundCosts
 
 
+def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, target_scores: torch.Tensor) -> list[float]:
+    """`loop_features` for the round after a verified one; `target_scores`: the target's scores where it chose its
+    last token (its confidence there is their top probability)."""
+    confidence = float(torch.softmax(target_scores.float(), dim=-1).max())
+    return loop_features(accepted, drafted, confidence, preverifier.config.max_draft_tokens)
+
+
 class PacerStoppingCriteria(StoppingCriteria):
     """The pre-verifier as a drafting stop criterion: after every `block_size` tokens it asks
     `PacerPreVerifier.decide` whether the next block is worth drafting.
@@ -51,8 +58,7 @@ class PacerStoppingCriteria(StoppingCriteria):
         """What the next round's decisions may read (`config.loop_features`): the round just verified and the
         target's confidence in the last token it chose (`target_scores`: its scores at that position)."""
         if self.reads_loop:
-            confidence = float(torch.softmax(target_scores.float(), dim=-1).max())
-            self.loop = loop_features(accepted, drafted, confidence, self.preverifier.config.max_draft_tokens)
+            self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
 
     def start_round(self) -> None:
         self.hidden.clear()

@@ -289,16 +289,8 @@ def collect(
         "draft_hidden_size": hidden_size,
     }
     shards = [units[i:i + config.shard_size] for i in range(0, len(units), config.shard_size)]
-    _prepare_folder(out, run, overwrite)
-    manifest = {**run, "label_kind": config.label_kind, "num_texts": len(token_ids), "num_units": len(units),
-                "num_shards": len(shards), "done_shards": [], "complete": False}
-    shard_dir = out / "shards"
-    shard_dir.mkdir(parents=True, exist_ok=True)
-    for stale in shard_dir.glob(".tmp-*"):
-        shutil.rmtree(stale)  # a shard whose write was interrupted: redone below
-    done = sorted(k for k in range(len(shards)) if (shard_dir / f"shard-{k:05d}").is_dir())
-    manifest["done_shards"] = done
-    _write_json(out / MANIFEST, manifest)
+    manifest, shard_dir, done = _open_shards(out, run, overwrite, len(shards), label_kind=config.label_kind,
+                                             num_texts=len(token_ids), num_units=len(units))
     eos = draft.generation_config.eos_token_id if getattr(draft, "generation_config", None) else None
     eos_ids = set() if eos is None else {int(t) for t in torch.as_tensor(eos).flatten().tolist()}
     features = _features(config.max_draft_tokens, hidden_size)
@@ -331,16 +323,38 @@ def collect(
                 bar.update(len(chunk))
             _save_shard(rows, features, shard_dir, k)
             written += 1
-            done.append(k)
-            manifest["done_shards"] = sorted(done)
-            manifest["complete"] = len(done) == len(shards)
-            _write_json(out / MANIFEST, manifest)
+            _shard_done(out, manifest, done, k)
     finally:
         bar.close()
-    manifest["complete"] = True
+    _finish(out, manifest)
+    return out
+
+
+def _open_shards(out: Path, run: dict, overwrite: bool, num_shards: int, **counts) -> tuple[dict, Path, list[int]]:
+    """(manifest, shard folder, shards done) of a resumable collection in `out`; half-written shards are redone."""
+    _prepare_folder(out, run, overwrite)
+    manifest = {**run, **counts, "num_shards": num_shards, "done_shards": [], "complete": False}
+    shard_dir = out / "shards"
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    for stale in shard_dir.glob(".tmp-*"):
+        shutil.rmtree(stale)
+    done = sorted(k for k in range(num_shards) if (shard_dir / f"shard-{k:05d}").is_dir())
+    manifest["done_shards"] = done
+    _write_json(out / MANIFEST, manifest)
+    return manifest, shard_dir, done
+
+
+def _shard_done(out: Path, manifest: dict, done: list[int], k: int) -> None:
+    done.append(k)  # after `_save_shard`: a rerun resumes after shard k
+    manifest["done_shards"] = sorted(done)
+    manifest["complete"] = len(done) == manifest["num_shards"]
+    _write_json(out / MANIFEST, manifest)
+
+
+def _finish(out: Path, manifest: dict) -> None:
+    manifest["complete"] = True  # also when there was nothing left to do
     manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     _write_json(out / MANIFEST, manifest)
-    return out
 
 
 def _save_shard(rows: dict, features: datasets.Features, shard_dir: Path, index: int) -> None:

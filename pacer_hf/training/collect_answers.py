@@ -7,8 +7,6 @@ Used by `pacer-hf build-demo-pair --stage preverifier`; the rows have the layout
 from __future__ import annotations
 
 import math
-import shutil
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,13 +19,13 @@ from transformers import PreTrainedModel
 from ..modeling_pacer import draft_features, draft_signature, loop_features
 from .collect import (
     FORMAT_VERSION,
-    MANIFEST,
     CollectConfig,
     _digest,
     _features,
-    _prepare_folder,
+    _finish,
+    _open_shards,
     _save_shard,
-    _write_json,
+    _shard_done,
     draft_rollout,
 )
 from .common import model_name
@@ -74,16 +72,8 @@ def collect_along_answers(
         "draft_signature": draft_signature(draft.config), "draft_hidden_size": hidden_size,
     }
     shards = [list(range(i, min(i + records_per_shard, len(records)))) for i in range(0, len(records), records_per_shard)]
-    _prepare_folder(out, run, overwrite)
-    manifest = {**run, "label_kind": "greedy", "num_texts": len(records), "num_units": len(records),
-                "num_shards": len(shards), "done_shards": [], "complete": False}
-    shard_dir = out / "shards"
-    shard_dir.mkdir(parents=True, exist_ok=True)
-    for stale in shard_dir.glob(".tmp-*"):
-        shutil.rmtree(stale)
-    done = sorted(k for k in range(len(shards)) if (shard_dir / f"shard-{k:05d}").is_dir())
-    manifest["done_shards"] = done
-    _write_json(out / MANIFEST, manifest)
+    manifest, shard_dir, done = _open_shards(out, run, overwrite, len(shards), label_kind="greedy",
+                                             num_texts=len(records), num_units=len(records))
     features = _features(max_draft_tokens, hidden_size)
     features["loop_features"] = datasets.Sequence(datasets.Value("float32"), length=3)
     bar = tqdm(total=len(records), initial=sum(len(shards[k]) for k in done), unit="answer", desc="collect answers",
@@ -126,13 +116,8 @@ def collect_along_answers(
                     else:
                         bar.update(1)
             _save_shard(rows, features, shard_dir, k)
-            done.append(k)
-            manifest["done_shards"] = sorted(done)
-            manifest["complete"] = len(done) == len(shards)
-            _write_json(out / MANIFEST, manifest)
+            _shard_done(out, manifest, done, k)
     finally:
         bar.close()
-    manifest["complete"] = True
-    manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    _write_json(out / MANIFEST, manifest)
+    _finish(out, manifest)
     return out

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from ..pairs import load_demo_pair
+
 WORK_SUBDIR = "onpolicy"
 REPORT = "report.json"
 
@@ -103,7 +105,7 @@ def load_models(args: argparse.Namespace, work: Path):
 
 
 def _load_pair(args: argparse.Namespace, work: Path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from .demo_data import load_stage_model
 
@@ -116,18 +118,22 @@ def _load_pair(args: argparse.Namespace, work: Path):
         if not (out / f"demo-{role}" / "config.json").is_file():
             raise FileNotFoundError(f"Stage onpolicy needs the pair: neither {work}/target/final nor {out}/demo-{role} "
                                     "exists. Run the earlier stages first (--stage all) or pass --out with a built pair.")
-    load = {"dtype": torch.float32}
-    target = AutoModelForCausalLM.from_pretrained(out / "demo-target", **load).eval()
-    draft = AutoModelForCausalLM.from_pretrained(out / "demo-draft", **load).eval()
-    return target, draft, AutoTokenizer.from_pretrained(out / "demo-target"), f"{out}/demo-{{target,draft}}"
+    target, draft, tokenizer = load_demo_pair(out)
+    return target, draft, tokenizer, f"{out}/demo-{{target,draft}}"
+
+
+def splits_file(args: argparse.Namespace, work: Path) -> Path:
+    """The pair's corpus split: the work dir's when it built the pair, else the shipped target's."""
+    from .demo_data import SPLITS_FILE
+
+    return work / SPLITS_FILE if (work / SPLITS_FILE).is_file() else Path(args.out) / "demo-target" / SPLITS_FILE
 
 
 def stage_responses(args: argparse.Namespace, work: Path, target, tokenizer) -> None:
-    from .demo_data import SPLITS_FILE
     from .smollm2_draft import stage_responses as generate
 
     folder = work / WORK_SUBDIR
-    splits = work / SPLITS_FILE if (work / SPLITS_FILE).is_file() else Path(args.out) / "demo-target" / SPLITS_FILE
+    splits = splits_file(args, work)
     prompts = onpolicy_prompts(tokenizer, splits, args.onpolicy_prompts, seed=args.seed, root=Path(args.corpus_root))
     budget = 60 * args.onpolicy_generate_minutes
     start = time.perf_counter()
@@ -231,7 +237,7 @@ def stage_onpolicy(args: argparse.Namespace, work: Path) -> None:
                                   pad_token_id=tokenizer.eos_token_id, do_sample=False, num_assistant_tokens=20,
                                   num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.4)
     generation.save_pretrained(tmp)  # HF's assisted generation reads these from the draft: set explicitly
-    splits = work / SPLITS_FILE if (work / SPLITS_FILE).is_file() else Path(args.out) / "demo-target" / SPLITS_FILE
+    splits = splits_file(args, work)
     shutil.copy(splits, tmp / SPLITS_FILE)
     (tmp / "README.md").write_text(draft_card(report))
     AutoModelForCausalLM.from_pretrained(tmp)  # loads before it replaces anything
@@ -314,7 +320,6 @@ def stage_preverifier(args: argparse.Namespace, work: Path) -> None:
     (`collect_along_answers`; held-out answers apart), `train_preverifier` (Trainer), then costs measured on this
     machine and the stop rule chosen on the held-out traces (`calibrate_preverifier`); written to
     OUT/demo-preverifier with its card. Each step is skipped when its result exists."""
-    from transformers import AutoModelForCausalLM
 
     from ..generation import load_preverifier
     from ..hub.publish import build_preverifier_repo
@@ -327,9 +332,7 @@ def stage_preverifier(args: argparse.Namespace, work: Path) -> None:
 
     folder = work / WORK_SUBDIR
     out = Path(args.out)
-    load = {"dtype": torch.float32}
-    target = AutoModelForCausalLM.from_pretrained(out / "demo-target", **load).eval()
-    draft = AutoModelForCausalLM.from_pretrained(out / "demo-draft", **load).eval()
+    target, draft, _ = load_demo_pair(out)  # the fitted draft the onpolicy stage shipped
     records = read_records(folder / RESPONSES)
     traces = {}
     for split, rows in (("train", [r for r in records if not r["heldout"]]), ("heldout", [r for r in records if r["heldout"]])):

@@ -177,11 +177,11 @@ def build_preverifier(manifest: dict, init_from: str | None = None, **overrides)
     """A fresh pre-verifier for the traces' draft, or `init_from` after checking it was made for that draft."""
     steps = manifest["config"]["max_draft_tokens"]
     if init_from is None:
+        loop = overrides.pop("loop_features", None)  # None: read the loop's state when the traces recorded it
         config = PacerConfig(draft_hidden_size=manifest["draft_hidden_size"], draft_model=manifest["draft_model"],
                              target_model=manifest["target_model"], draft_signature=manifest["draft_signature"],
                              max_draft_tokens=max(steps, overrides.pop("max_draft_tokens", None) or steps),
-                             loop_features=manifest.get("loop_features", False) if overrides.get("loop_features") is None
-                             else overrides["loop_features"], **{k: v for k, v in overrides.items() if k != "loop_features"})
+                             loop_features=manifest.get("loop_features", False) if loop is None else loop, **overrides)
         return PacerPreVerifier(config)
     from ..generation import load_preverifier
 
@@ -336,7 +336,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", type=float)
     parser.add_argument("--decision-rule", choices=("block", "cumulative"))
     parser.add_argument("--no-loop-features", action="store_true",
-                        help="ignore the loop's state recorded with the traces (`collect-answers`): the ablation")
+                        help="ignore the loop's state recorded with the traces (`collect_along_answers`): the ablation")
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--batch-size", type=int, default=64, help="global batch (split across processes)")
