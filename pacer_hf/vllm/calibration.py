@@ -1,0 +1,69 @@
+"""Online recalibration of the gate's acceptance probabilities to the target vLLM is serving.
+
+The lookup gate was trained on other targets' answers, inside `generate`, with the target's confidence as
+an input that vLLM does not give a proposer. Every step tells the proposer how many of each row's drafts
+the target accepted: tokens before the first rejection are accepted, the first rejected one is not, the
+rest are unseen (the gate's own training labels). A two-parameter logistic map of the gate's log-odds,
+p = sigmoid(scale * logit + shift), is fitted to those labels by stochastic gradient steps, so the stop
+rule weighs drafts with this engine's acceptance, not the training set's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WINDOW = 2048  # most recent labelled drafts the map is fitted to
+REFIT_EVERY = 64  # new labels between fits
+PRIOR_WEIGHT = 20.0  # ridge pull toward the gate as trained (scale 1, shift 0), in labels' worth
+MAX_LOGIT = 20.0
+
+
+def logits_of(probabilities: np.ndarray) -> np.ndarray:
+    p = np.clip(probabilities, 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
+class OnlineCalibration:
+    """p = sigmoid(scale * z + shift) over the gate's log-odds z, refitted (a few Newton steps of ridge-penalised
+    logistic regression) to the last `WINDOW` observed drafts every `REFIT_EVERY` new ones."""
+
+    def __init__(self, window: int = WINDOW):
+        self.scale = 1.0
+        self.shift = 0.0
+        self.z = np.zeros(window)
+        self.y = np.zeros(window)
+        self.labels = 0  # labelled drafts seen in all
+        self._since_fit = 0
+        self._next = 0
+        self._filled = 0
+
+    def apply(self, logits: np.ndarray) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-np.clip(self.scale * logits + self.shift, -MAX_LOGIT, MAX_LOGIT)))
+
+    def update(self, logits: np.ndarray, accepted: int) -> None:
+        """One row's outcome: its proposed drafts' gate log-odds and how many of them the target accepted."""
+        seen = min(accepted + 1, len(logits))
+        at = self._next if self._next + seen <= len(self.z) else 0  # a ring of whole rows
+        self.z[at: at + seen] = logits[:seen]
+        self.y[at: at + seen] = 0.0
+        self.y[at: at + accepted] = 1.0
+        self._next = at + seen
+        self._filled = max(self._filled, self._next)
+        self.labels += seen
+        self._since_fit += seen
+        if self._since_fit >= REFIT_EVERY:
+            self.fit()
+
+    def fit(self) -> None:
+        self._since_fit = 0
+        n = self._filled
+        x = np.stack([self.z[:n], np.ones(n)], axis=1)
+        y = self.y[:n]
+        theta = np.array([self.scale, self.shift])
+        prior = np.array([1.0, 0.0])
+        for _ in range(4):
+            p = 1.0 / (1.0 + np.exp(-np.clip(x @ theta, -MAX_LOGIT, MAX_LOGIT)))
+            gradient = x.T @ (p - y) + PRIOR_WEIGHT * (theta - prior)
+            hessian = (x * (p * (1 - p))[:, None]).T @ x + PRIOR_WEIGHT * np.eye(2)
+            theta = theta - np.linalg.solve(hessian, gradient)
+        self.scale, self.shift = float(theta[0]), float(theta[1])

@@ -1,0 +1,189 @@
+"""`PacerLookupProposer`: prompt-lookup drafts for vLLM, as many per request as the lookup gate expects to pay.
+
+vLLM imports the class named in `speculative_config={"method": "custom_class", "model":
+"pacer_hf.vllm.PacerLookupProposer", "num_speculative_tokens": K}` in its worker process, builds it with
+the engine's `VllmConfig` and, after every step, calls `propose(sampled_token_ids, num_tokens_no_spec,
+token_ids_cpu)`: one list of draft tokens per batch row back, of any length up to K (empty: no speculation
+for that row). vLLM verifies them as it verifies its own n-gram drafts, so outputs are vLLM's.
+
+Each step: for every decoding row, the earlier occurrence of its last n-gram (`find_lookup`, the same
+search and features as `generate(prompt_lookup_num_tokens=N, pacer=True)`), the gate's survival
+probabilities for the up to K tokens that followed it, then `allocate` over the whole batch with the
+step-cost curve this engine measured (`StepCosts`): a draft token is proposed only while it adds more
+expected tokens than the step time it adds, so a busy engine proposes fewer.
+
+What vLLM does not hand a proposer, and what stands in for it: request ids (a row is followed across
+steps by its first tokens, length and last token, `_RowKey`), prompt lengths (a row's length when first
+seen, minus its one sampled token), the target's probability of its last token (the gate's confidence
+feature is set to `CONFIDENCE`) and whether the request samples (scored as greedy).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..modeling_lookup_gate import PacerLookupGate
+from .calibration import OnlineCalibration
+from .kernels import CompiledGate
+from .step_costs import StepCosts
+
+GATE_ENV = "PACER_HF_VLLM_GATE"  # a lookup gate folder or Hub id; else additional_config["pacer_hf"]["gate"]
+STATS_ENV = "PACER_HF_VLLM_STATS"  # a JSON file the proposer keeps its counters and cost curve in
+CONFIDENCE = 0.9  # the gate's confidence input: vLLM gives a proposer no target probabilities
+SIGNATURE_TOKENS = 8
+STATS_EVERY = 64  # steps between stats-file writes (and one at exit)
+
+
+@dataclass
+class _Row:
+    prompt_length: int
+    proposed: int = 0  # drafts proposed for this row at the last step
+    logits: np.ndarray | None = None  # the gate's log-odds of those drafts (for the calibration's labels)
+
+
+@dataclass
+class ProposerStats:
+    steps: int = 0
+    rows: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    propose_seconds: float = 0.0
+    timed_steps: int = 0
+    step_seconds: float = 0.0
+    proposed_by_batch: dict = field(default_factory=dict)
+
+    def as_dict(self, costs: StepCosts, calibration: OnlineCalibration) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k != "proposed_by_batch"}
+        out["proposed_by_batch"] = {str(k): v for k, v in sorted(self.proposed_by_batch.items())}
+        out["acceptance"] = self.accepted / self.proposed if self.proposed else None
+        out["proposer_share_of_step"] = (self.propose_seconds / self.steps) / (self.step_seconds / self.timed_steps) \
+            if self.steps and self.timed_steps else None
+        out["step_costs"] = {str(n): v for n, v in costs.table().items()}
+        out["calibration"] = {"scale": calibration.scale, "shift": calibration.shift, "labels": calibration.labels}
+        return out
+
+
+def _load_gate(vllm_config) -> PacerLookupGate:
+    extra = getattr(vllm_config, "additional_config", None) or {}
+    source = os.environ.get(GATE_ENV) or (extra.get("pacer_hf", {}) if isinstance(extra, dict) else {}).get("gate")
+    if source is None:
+        from ..generation import default_lookup_gate
+
+        return default_lookup_gate()
+    where = f"(from ${GATE_ENV} or additional_config['pacer_hf']['gate'])"
+    local = Path(source).expanduser()
+    if (local.is_absolute() or source.startswith(".")) and not (local / "config.json").is_file():
+        raise ValueError(f"PacerLookupProposer: cannot load the lookup gate {source!r} {where}: no config.json there; "
+                         "name a folder written by PacerLookupGate.save_pretrained or a Hub id.")
+    try:
+        gate = PacerLookupGate.from_pretrained(source)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"PacerLookupProposer: cannot load the lookup gate {source!r} {where}: {error}") from error
+    return gate.eval()
+
+
+class PacerLookupProposer:
+    """vLLM `custom_class` proposer: gated prompt lookup with costs from the running engine (module docstring)."""
+
+    def __init__(self, vllm_config, gate: PacerLookupGate | None = None):
+        spec = vllm_config.speculative_config
+        self.max_tokens = int(spec.num_speculative_tokens)
+        if self.max_tokens < 1:
+            raise ValueError(f"PacerLookupProposer: num_speculative_tokens must be >= 1; got {self.max_tokens}.")
+        self.gate = gate if gate is not None else _load_gate(vllm_config)
+        self.scored = min(self.max_tokens, self.gate.config.max_lookup_tokens)
+        self.max_ngram = int(self.gate.config.max_ngram_size)
+        self.feature_tokens = int(self.gate.config.max_lookup_tokens)
+        self.max_model_len = int(vllm_config.model_config.max_model_len)
+        max_rows = getattr(getattr(vllm_config, "scheduler_config", None), "max_num_seqs", None) or 256
+        self.compiled = CompiledGate(self.gate.scorer(), int(max_rows), self.scored)
+        self.compiled.warm_up(self.max_ngram, self.feature_tokens)  # compile now, not in a step
+        self.costs = StepCosts()
+        self.calibration = OnlineCalibration()
+        self.calibration.fit()  # loads numpy's linear algebra now, not in a step (no labels yet: the gate as trained)
+        self.stats = ProposerStats()
+        self._rows: dict[tuple, _Row] = {}
+        self._pending_tokens: int | None = None  # tokens the next step verifies, when it is a clean decode step
+        self._last_return: float | None = None
+        self._stats_path = os.environ.get(STATS_ENV)
+        if self._stats_path:
+            atexit.register(self.write_stats)
+
+    def load_model(self, *args, **kwargs) -> None:
+        """No model: the gate is loaded in __init__."""
+
+    def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray,
+                slot_mappings=None) -> list[list[int]]:
+        start = time.perf_counter()
+        rows: list[tuple[tuple, _Row] | None] = []
+        decoding, clean = 0, True
+        for i, sampled in enumerate(sampled_token_ids):
+            if not sampled:  # still in prefill (or discarded): no draft, and the steps around it are not clean
+                clean = False
+                rows.append(None)
+                continue
+            decoding += 1
+            n = int(num_tokens_no_spec[i])
+            text = token_ids_cpu[i, :n]
+            before = self._rows.get(_row_key(text, n - len(sampled)))
+            if before is None:
+                clean = False
+                before = _Row(prompt_length=n - len(sampled))
+            elif before.proposed:
+                accepted = min(len(sampled) - 1, before.proposed)
+                self.stats.accepted += accepted
+                self.calibration.update(before.logits, accepted)
+            rows.append((_row_key(text, n), _Row(prompt_length=before.prompt_length)))
+        # the step that just ran verified what the last call proposed, and nothing else when no row was in prefill
+        if clean and self._pending_tokens is not None and self._last_return is not None:
+            self.costs.observe(self._pending_tokens, start - self._last_return)
+            self.stats.timed_steps += 1
+            self.stats.step_seconds += start - self._last_return
+        gate = self.compiled
+        counts = np.zeros(len(rows), dtype=np.int64)
+        if decoding and self.costs.token_can_pay(decoding):
+            live = np.array([i for i, entry in enumerate(rows) if entry is not None], dtype=np.int64)
+            lengths = np.asarray(num_tokens_no_spec[: len(rows)], dtype=np.int64)
+            rooms = np.minimum(self.scored, self.max_model_len - lengths - 1)
+            prompts = np.array([entry[1].prompt_length if entry is not None else 0 for entry in rows], dtype=np.int64)
+            gate.run(token_ids_cpu, lengths, live, rooms, prompts, self.max_ngram, self.feature_tokens, CONFIDENCE)
+            available = np.zeros(len(rows), dtype=np.int64)
+            available[live] = gate.counts[live]
+            curve = self.costs.curve(decoding + int(available.sum()))
+            counts = gate.choose(available, self.calibration.scale, self.calibration.shift, curve, decoding)
+        drafts: list[list[int]] = []
+        proposed = int(counts.sum())
+        for i, (k, entry) in enumerate(zip(counts.tolist(), rows)):
+            drafts.append(gate.tokens[i, :k].tolist() if k else [])
+            if entry is not None and k:
+                entry[1].proposed, entry[1].logits = k, gate.logits[i, :k].copy()
+        self._rows = dict(entry for entry in rows if entry is not None)
+        self._pending_tokens = decoding + proposed if clean else None
+        stats = self.stats
+        stats.steps += 1
+        stats.rows += decoding
+        stats.proposed += proposed
+        stats.proposed_by_batch[decoding] = stats.proposed_by_batch.get(decoding, 0) + proposed
+        self._last_return = time.perf_counter()
+        stats.propose_seconds += self._last_return - start
+        if self._stats_path and stats.steps % STATS_EVERY == 0:
+            self.write_stats()
+        return drafts
+
+    def write_stats(self) -> None:
+        """Counters and the measured step-cost curve, to $PACER_HF_VLLM_STATS (the benchmark reads them)."""
+        if self._stats_path:
+            Path(self._stats_path).write_text(json.dumps(self.stats.as_dict(self.costs, self.calibration), indent=1))
+
+
+def _row_key(text: np.ndarray, length: int) -> tuple:
+    """A row's identity across steps without request ids: its first tokens, its length and its last token (two
+    requests share it only with the same opening, length and last token; then only their prompt lengths mix)."""
+    return (tuple(text[:SIGNATURE_TOKENS].tolist()), length, int(text[length - 1]) if length > 0 else -1)
