@@ -6,14 +6,15 @@ the engine's `VllmConfig` and, after every step, calls `propose(sampled_token_id
 token_ids_cpu)`: one list of draft tokens per batch row back, of any length up to K (empty: no speculation
 for that row). vLLM verifies them as it verifies its own n-gram drafts, so outputs are vLLM's.
 
-Each step: for every decoding row, the earlier occurrence of its last n-gram (`find_lookup`, the same
-search and features as `generate(prompt_lookup_num_tokens=N, pacer=True)`), the gate's survival
-probabilities for the up to K tokens that followed it, then `allocate` over the whole batch with the
-step-cost curve this engine measured (`StepCosts`): a draft token is proposed only while it adds more
-expected tokens than the step time it adds, so a busy engine proposes fewer.
+Each step: for every decoding row, the earlier occurrence of its last n-gram and the gate's log-odds for the
+up to K tokens that followed it (`kernels.lookup_logits`: the search, features and gate of
+`generate(prompt_lookup_num_tokens=N, pacer=True)`, compiled), recalibrated to the acceptances this engine
+has seen (`calibration.py`), then one choice for the whole batch (`kernels.choose_counts`, equal to
+`step_costs.allocate`) under the step-cost curve this engine measured (`StepCosts`): a draft token is
+proposed only while it adds more expected tokens than the step time it adds, so a busy engine proposes fewer.
 
 What vLLM does not hand a proposer, and what stands in for it: request ids (a row is followed across
-steps by its first tokens, length and last token, `_RowKey`), prompt lengths (a row's length when first
+steps by its first tokens, length and last token, `_row_key`), prompt lengths (a row's length when first
 seen, minus its one sampled token), the target's probability of its last token (the gate's confidence
 feature is set to `CONFIDENCE`) and whether the request samples (scored as greedy).
 """
