@@ -30,7 +30,7 @@ def linear_costs(intercept: float, slope: float, sizes=range(1, 40)) -> StepCost
 
 def test_step_costs_before_and_after_measuring():
     costs = StepCosts()
-    assert not costs.measured and costs.seconds(5) == 5.0  # flat per token: nothing pays before a measurement
+    assert not costs.samples and costs.seconds(5) == 5.0  # flat per token: nothing pays before a measurement
     assert not costs.token_can_pay(1)
     costs.observe(2, 0.010)
     # one size measured: the exploration prior, each extra token EXPLORE_SLOPE of the per-token time
@@ -288,7 +288,6 @@ def test_bench_cli_without_vllm_fails_clearly(capsys):
 def test_compiled_gate_equals_the_reference(text, room, max_ngram, prompt_length):
     """kernels.lookup_logits == find_lookup + feature_rows + GateScorer (the generate path's single source)."""
     from pacer_hf.modeling_lookup_gate import feature_rows
-    from pacer_hf.vllm.calibration import logits_of
     from pacer_hf.vllm.kernels import CompiledGate
 
     gate = pacer_hf.default_lookup_gate()
@@ -305,7 +304,8 @@ def test_compiled_gate_equals_the_reference(text, room, max_ngram, prompt_length
     k = match.tokens.shape[0]
     assert compiled.counts[1] == k and compiled.tokens[1, :k].tolist() == match.tokens.tolist()
     features = feature_rows(match, n, prompt_length, 0.9, gate.config.max_lookup_tokens, max_ngram)
-    reference = logits_of(scorer.accept_probabilities(features))
+    p = np.clip(scorer.accept_probabilities(features), 1e-6, 1 - 1e-6)  # the kernel's MAX_LOGIT
+    reference = np.log(p / (1 - p))
     np.testing.assert_allclose(compiled.logits[1, :k], reference, atol=2e-4)
 
 

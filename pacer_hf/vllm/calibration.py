@@ -4,8 +4,8 @@ The lookup gate was trained on other targets' answers, inside `generate`, with t
 an input that vLLM does not give a proposer. Every step tells the proposer how many of each row's drafts
 the target accepted: tokens before the first rejection are accepted, the first rejected one is not, the
 rest are unseen (the gate's own training labels). A two-parameter logistic map of the gate's log-odds,
-p = sigmoid(scale * logit + shift), is fitted to those labels by stochastic gradient steps, so the stop
-rule weighs drafts with this engine's acceptance, not the training set's.
+p = sigmoid(scale * logit + shift), is refitted to the most recent of those labels, so the stop rule weighs
+drafts with this engine's acceptance, not the training set's.
 """
 
 from __future__ import annotations
@@ -16,11 +16,6 @@ WINDOW = 2048  # most recent labelled drafts the map is fitted to
 REFIT_EVERY = 64  # new labels between fits
 PRIOR_WEIGHT = 20.0  # ridge pull toward the gate as trained (scale 1, shift 0), in labels' worth
 MAX_LOGIT = 20.0
-
-
-def logits_of(probabilities: np.ndarray) -> np.ndarray:
-    p = np.clip(probabilities, 1e-6, 1 - 1e-6)
-    return np.log(p / (1 - p))
 
 
 class OnlineCalibration:

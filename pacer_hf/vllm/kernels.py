@@ -21,8 +21,9 @@ except ImportError as error:  # vLLM depends on numba; only a bare environment l
 
 from ..configuration_lookup_gate import NUM_LOOKUP_FEATURES
 from ..modeling_lookup_gate import MAX_MATCH_LENGTH, MAX_OCCURRENCES, GateScorer
+from .calibration import MAX_LOGIT as MAX_CALIBRATED_LOGIT
 
-MAX_LOGIT = math.log((1 - 1e-6) / 1e-6)  # the reference's probabilities are clipped to [1e-6, 1 - 1e-6]
+MAX_LOGIT = math.log((1 - 1e-6) / 1e-6)  # the gate's log-odds stop where its probabilities reach 1e-6 and 1 - 1e-6
 
 
 @njit(cache=True)
@@ -171,28 +172,18 @@ class CompiledGate:
 
 
 @njit(cache=True)
-def choose_counts(logits, available, scale, shift, curve, rows, out_counts):
-    """`allocate` over the calibrated survival of every row's scored tokens, compiled: out_counts[r] drafts for row
-    r (step_costs.allocate is the reference; tests/test_vllm_proposer.py checks they agree)."""
-    width = logits.shape[1]
-    total = 0
-    for r in range(available.shape[0]):
-        total += available[r]
-    values = np.empty(total, dtype=np.float64)
-    owner = np.empty(total, dtype=np.int64)
-    m = 0
-    for r in range(available.shape[0]):
-        out_counts[r] = 0
-        survival = 1.0
-        for j in range(min(available[r], width)):
-            z = min(max(scale * logits[r, j] + shift, -20.0), 20.0)
-            survival *= 1.0 / (1.0 + math.exp(-z))
-            values[m] = -survival
-            owner[m] = r
-            m += 1
+def best_prefixes(values, owner, curve, rows, out_counts):
+    """The step's best drafts, for the most expected tokens per second of the whole step: out_counts[r] drafts for
+    row r. Candidate i has survival -values[i] (the chance the target accepts its row's tokens up to it) and row
+    owner[i]; candidates come row by row, each row's in order. A step with `rows` decoding rows and M drafts
+    yields rows + (their survival sum) tokens in curve[rows + M] seconds; the best M drafts for any M are the M
+    largest survivals (each row's share a prefix, since a row's survival never increases and a stable sort keeps
+    ties in order), so one sorted pass over M finds the best step (ties: fewer drafts)."""
+    out_counts[:] = 0
+    m = values.shape[0]
     if m == 0:
         return
-    order = np.argsort(values[:m], kind="mergesort")  # stable: a row's tokens keep their order among ties
+    order = np.argsort(values, kind="mergesort")
     best, best_rate, expected = 0, rows / curve[rows], float(rows)
     for i in range(m):
         expected -= values[order[i]]
@@ -201,3 +192,24 @@ def choose_counts(logits, available, scale, shift, curve, rows, out_counts):
             best, best_rate = i + 1, rate
     for i in range(best):
         out_counts[owner[order[i]]] += 1
+
+
+@njit(cache=True)
+def choose_counts(logits, available, scale, shift, curve, rows, out_counts):
+    """`best_prefixes` over the calibrated survival of every row's first available[r] scored tokens."""
+    width = logits.shape[1]
+    total = 0
+    for r in range(available.shape[0]):
+        total += min(available[r], width)
+    values = np.empty(total, dtype=np.float64)
+    owner = np.empty(total, dtype=np.int64)
+    m = 0
+    for r in range(available.shape[0]):
+        survival = 1.0
+        for j in range(min(available[r], width)):
+            z = min(max(scale * logits[r, j] + shift, -MAX_CALIBRATED_LOGIT), MAX_CALIBRATED_LOGIT)
+            survival *= 1.0 / (1.0 + math.exp(-z))
+            values[m] = -survival
+            owner[m] = r
+            m += 1
+    best_prefixes(values, owner, curve, rows, out_counts)

@@ -9,14 +9,15 @@ for that row). vLLM verifies them as it verifies its own n-gram drafts, so outpu
 Each step: for every decoding row, the earlier occurrence of its last n-gram and the gate's log-odds for the
 up to K tokens that followed it (`kernels.lookup_logits`: the search, features and gate of
 `generate(prompt_lookup_num_tokens=N, pacer=True)`, compiled), recalibrated to the acceptances this engine
-has seen (`calibration.py`), then one choice for the whole batch (`kernels.choose_counts`, equal to
-`step_costs.allocate`) under the step-cost curve this engine measured (`StepCosts`): a draft token is
-proposed only while it adds more expected tokens than the step time it adds, so a busy engine proposes fewer.
+has seen (`calibration.py`), then one choice for the whole batch (`kernels.best_prefixes`) under the
+step-cost curve this engine measured (`StepCosts`): a draft token is proposed only while it adds more
+expected tokens than the step time it adds, so a busy engine proposes fewer.
 
-What vLLM does not hand a proposer, and what stands in for it: request ids (a row is followed across
-steps by its first tokens, length and last token, `_row_key`), prompt lengths (a row's length when first
-seen, minus its one sampled token), the target's probability of its last token (the gate's confidence
-feature is set to `CONFIDENCE`) and whether the request samples (scored as greedy).
+What vLLM does not hand a proposer, and what stands in for it: request ids (a row is followed across steps
+by its first `SIGNATURE_TOKENS` tokens, its length and its last token; two requests share that key only with
+the same opening, length and last token, and then only their prompt lengths mix), prompt lengths (a row's
+length when first seen, minus its one sampled token), the target's probability of its last token (the gate's
+confidence feature is set to `CONFIDENCE`) and whether the request samples (scored as greedy).
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ class PacerLookupProposer:
             decoding += 1
             n = int(num_tokens_no_spec[i])
             text = token_ids_cpu[i, :n]
-            before = self._rows.get(_row_key(text, n - len(sampled)))
+            head = tuple(text[:SIGNATURE_TOKENS].tolist())
+            before = self._rows.get((head, n - len(sampled), int(text[n - len(sampled) - 1])))
             if before is None:
                 clean = False
                 before = _Row(prompt_length=n - len(sampled))
@@ -141,7 +143,7 @@ class PacerLookupProposer:
                 accepted = min(len(sampled) - 1, before.proposed)
                 self.stats.accepted += accepted
                 self.calibration.update(before.logits, accepted)
-            rows.append((_row_key(text, n), _Row(prompt_length=before.prompt_length)))
+            rows.append(((head, n, int(text[n - 1])), _Row(prompt_length=before.prompt_length)))
         # the step that just ran verified what the last call proposed, and nothing else when no row was in prefill
         if clean and self._pending_tokens is not None and self._last_return is not None:
             self.costs.observe(self._pending_tokens, start - self._last_return)
@@ -182,9 +184,3 @@ class PacerLookupProposer:
         """Counters and the measured step-cost curve, to $PACER_HF_VLLM_STATS (the benchmark reads them)."""
         if self._stats_path:
             Path(self._stats_path).write_text(json.dumps(self.stats.as_dict(self.costs, self.calibration), indent=1))
-
-
-def _row_key(text: np.ndarray, length: int) -> tuple:
-    """A row's identity across steps without request ids: its first tokens, its length and its last token (two
-    requests share it only with the same opening, length and last token; then only their prompt lengths mix)."""
-    return (tuple(text[:SIGNATURE_TOKENS].tolist()), length, int(text[length - 1]) if length > 0 else -1)

@@ -21,6 +21,8 @@ from collections import deque
 
 import numpy as np
 
+from .kernels import best_prefixes
+
 WINDOW = 32  # steps kept per token count
 REFIT_EVERY = 64  # observations between refits of the curve (a fit per step would cost more than the lookup)
 MIN_SAMPLES = 3  # steps of one token count before their median stands for it
@@ -49,10 +51,6 @@ class StepCosts:
         # a new token count, or one reaching MIN_SAMPLES, changes the curve's shape at once; else refit now and then
         if new or len(window) == self.min_samples or self._since_fit >= REFIT_EVERY:
             self._curve = None
-
-    @property
-    def measured(self) -> bool:
-        return bool(self.samples)
 
     def _refit(self, size: int) -> np.ndarray:
         self._since_fit = 0
@@ -103,23 +101,11 @@ class StepCosts:
 
 
 def allocate(survival: np.ndarray, rows: int, costs: StepCosts) -> np.ndarray:
-    """How many scored tokens each row proposes, for the most expected tokens per second of the whole step.
-
-    `survival[r, j]`: the chance the target accepts row r's first j + 1 tokens (non-increasing in j; 0 past the
-    row's proposal). A step with `rows` decoding rows and M drafts yields rows + (the drafts' survival sum)
-    tokens in g(rows + M) seconds; the best M drafts for any M are the M largest survival values (each row's
-    share a prefix, since a row's values never increase and ties keep row order), so one sorted pass over M
-    finds the best step (ties: fewer drafts)."""
-    flat = survival.ravel()
-    order = np.argsort(-flat, kind="stable")
-    values = flat[order]
-    candidates = int(np.count_nonzero(values > 0))
+    """How many scored tokens each row proposes (`kernels.best_prefixes`, which the proposer runs on the gate's
+    calibrated survival): `survival[r, j]` is the chance the target accepts row r's first j + 1 tokens
+    (non-increasing in j; 0 past the row's proposal), `rows` the step's decoding rows."""
+    positive = survival > 0
+    owner = np.nonzero(positive)[0].astype(np.int64)  # row-major: row by row, each row's tokens in order
     counts = np.zeros(survival.shape[0], dtype=np.int64)
-    if candidates == 0:
-        return counts
-    curve = costs.curve(rows + candidates)
-    rates = (rows + np.cumsum(values[:candidates])) / curve[rows + 1: rows + candidates + 1]
-    best = int(np.argmax(rates))
-    if rates[best] > rows / curve[rows]:
-        np.add.at(counts, order[: best + 1] // survival.shape[1], 1)
+    best_prefixes(-survival[positive].astype(np.float64), owner, costs.curve(rows + len(owner)), rows, counts)
     return counts
