@@ -183,7 +183,12 @@ def write_docs(records: list[dict], meta: dict, out_dir: str | Path, docs: str |
     for png in pngs:
         shutil.copy(png, images / png.name)
     config = meta.get("config", {})
-    pair = meta.get("pair", {})
+    root = f"{docs.resolve().parent.parent}/"  # the docs page names the repository's files relative to it
+
+    def shown(text) -> str:
+        return str(text).replace(root, "")
+
+    pair = {role: shown(path) for role, path in meta.get("pair", {}).items() if path}
     lines = [
         DOCS_MARKER, "", "# Benchmarks", "",
         "Every number on this page comes from one run of the command below; rerun it to regenerate the page.",
@@ -192,7 +197,7 @@ def write_docs(records: list[dict], meta: dict, out_dir: str | Path, docs: str |
         f"- target: `{pair.get('target', '?')}`; draft: `{pair.get('draft', '?')}`; "
         f"pre-verifier: `{pair.get('preverifier') or 'none'}`",
         f"- prompts: {', '.join(f'{c} ({len(ids)})' for c, ids in meta.get('prompts', {}).items())}; "
-        f"held-out files: {meta.get('heldout_origin') or 'n/a'}",
+        f"held-out files: {shown(meta.get('heldout_origin') or 'n/a')}",
         f"- runs: {config.get('runs')}, max_new_tokens: {config.get('max_new_tokens')}, prompt tokens <= "
         f"{config.get('prompt_tokens')}, temperatures: {config.get('temperatures')}, quick: {config.get('quick')}",
         f"- measured costs: c = {meta['costs']['draft_cost']:.3f}, verify(4) = "
