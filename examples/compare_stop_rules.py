@@ -2,9 +2,6 @@
 
     python examples/compare_stop_rules.py hub_cards/demo-preverifier /path/to/other-preverifier --runs 2
 
-`--torch-forward` adds each pre-verifier a second time, scored by its torch forward block by block (what runs
-off CPU) instead of the numpy round scorer generation uses on CPU: same weights, same decisions, only the cost.
-
 Every setting decodes every prompt once per run, interleaved (so machine load hits them alike), and every
 output is checked against plain decoding (`pacer_hf.training.validate.compare_in_generate`). Prints tokens/s and speed over the target alone per category,
 the median over categories, and each pre-verifier's speed over the best fixed γ of the same category;
@@ -25,13 +22,6 @@ from pacer_hf.pairs import load_pair
 from pacer_hf.training.validate import compare_in_generate
 
 
-class TorchScored(pacer_hf.PacerPreVerifier):
-    """The same pre-verifier without the numpy round scorer: generation scores it with the torch forward."""
-
-    def round_scorer(self) -> None:
-        return None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("preverifiers", nargs="*", help="pre-verifier folders")
@@ -39,8 +29,6 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=3, help="prompts per category")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--torch-forward", action="store_true",
-                        help="also time each pre-verifier scored by its torch forward instead of the numpy scorer")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -49,11 +37,6 @@ def main() -> None:
                                target_dir=pair.target.name_or_path)
     settings = {f"sd-fixed-{g}": f"sd-fixed-{g}" for g in args.gammas.split(",")}
     settings.update({path: pacer_hf.PacerPreVerifier.from_pretrained(path) for path in args.preverifiers})
-    if args.torch_forward:
-        for path in args.preverifiers:
-            twin = TorchScored(settings[path].config)
-            twin.load_state_dict(settings[path].state_dict())
-            settings[f"{path} (torch forward)"] = twin
     results: dict[str, dict] = {}
     for category, chosen in prompts.items():
         rows = compare_in_generate(pair.target, pair.draft, [list(p.ids) for p in chosen], settings, args.runs,

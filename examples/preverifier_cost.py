@@ -3,7 +3,7 @@
     python examples/preverifier_cost.py
 
 Times `PacerStoppingCriteria.add_token` over 8-token rounds at block size 1 (three draft features, the
-layer over the new token with the round's cached keys and values, the decision) with the numpy round scorer
+layer over the new token with the round's cached keys and values, the decision) with the compiled round scorer
 generation uses on CPU and with the torch forward block by block (what runs on other devices), the same
 round re-running the torch layer over the whole round every token, and the lean draft step at a 128-token
 context. Medians of 5.
@@ -41,7 +41,7 @@ def main() -> None:
             pv.decide(pv(torch.stack(seen, 1), torch.stack(features, 1), loop_features=loop).logits[0])
         return (time.perf_counter() - start) / 8
 
-    settings = {"numpy scorer": preverifier_token_timer(pv, pair.draft),
+    settings = {"compiled scorer": preverifier_token_timer(pv, pair.draft),
                 "torch, block by block": preverifier_token_timer(pv, pair.draft, scorer=False),
                 "torch, full re-run": full_rerun}
     per_token: dict[str, list[float]] = {name: [] for name in settings}

@@ -22,35 +22,26 @@ import torch
 
 import pacer_hf
 from pacer_hf.bench.prompts import CATEGORIES, build_prompts
-from pacer_hf.modeling_pacer import RoundScorer, expected_gain_continues
+from pacer_hf.loops import preverifier_kernel
+from pacer_hf.loops.preverifier_kernel import CompiledRoundScorer
+from pacer_hf.modeling_pacer import expected_gain_continues
 from pacer_hf.pairs import load_pair
 from pacer_hf.training.simulate import CostModel, speedup
 
 
-class RecordingScorer(RoundScorer):
-    """The numpy scorer, keeping every round's acceptance logits."""
+class RecordingScorer(CompiledRoundScorer):
+    """The compiled scorer, keeping every round's acceptance logits."""
 
-    def __init__(self, model, rounds: list[list[float]]):
-        self.rounds = rounds
-        super().__init__(model)
+    rounds: list[list[float]] = []
 
     def start(self, loop: list[float] | None = None) -> None:
         super().start(loop)
         self.rounds.append([])
 
-    def add(self, hidden, features) -> float:
-        logit = super().add(hidden, features)
+    def add(self, hidden, logits, token) -> float:
+        logit = super().add(hidden, logits, token)
         self.rounds[-1].append(logit)
         return logit
-
-
-class NeverStops(pacer_hf.PacerPreVerifier):
-    """Threshold 0: drafts to max_draft_tokens every round, scoring every token with a RecordingScorer."""
-
-    rounds: list[list[float]]
-
-    def round_scorer(self) -> RoundScorer:
-        return RecordingScorer(self, self.rounds)
 
 
 def main() -> None:
@@ -64,8 +55,10 @@ def main() -> None:
     shipped = pacer_hf.PacerPreVerifier.from_pretrained(args.preverifier) if args.preverifier else pair.preverifier
     config = shipped.config.to_dict()
     config.update(decision_rule="block", threshold=0.0, block_size=1)
-    recorder = NeverStops(pacer_hf.PacerConfig(**config))
+    recorder = pacer_hf.PacerPreVerifier(pacer_hf.PacerConfig(**config))
     recorder.load_state_dict(shipped.state_dict())
+    # generation builds its CPU scorer with preverifier_kernel.round_scorer: the recorder's keeps its logits
+    preverifier_kernel.round_scorer = lambda model: (RecordingScorer if model is recorder else CompiledRoundScorer)(model)
     cap = recorder.config.max_draft_tokens
     prompts, _ = build_prompts(list(CATEGORIES), lambda text: pair.tokenizer(text).input_ids, args.prompts, 256,
                                target_dir=pair.target.name_or_path)
@@ -81,9 +74,9 @@ def main() -> None:
     for category, chosen in prompts.items():
         probs, accepted = [], []
         for prompt in chosen:
-            recorder.rounds = []
+            RecordingScorer.rounds = []
             _, stats = generate(list(prompt.ids), assistant_model=pair.draft, pacer=recorder)
-            logits = [r for r in recorder.rounds if r]
+            logits = [r for r in RecordingScorer.rounds if r]
             drafted_rounds = [(n, kept) for n, kept in zip(stats.draft_lengths, stats.accepted, strict=True) if n]
             for row, (drafted, kept) in zip(logits, drafted_rounds, strict=True):
                 if drafted == cap:  # rounds cut short by the length limit or an EOS say less

@@ -54,7 +54,7 @@ def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedMode
     """A callable returning the seconds per drafted token of what generation runs for Pacer
     (`PacerStoppingCriteria.add_token`: the draft-distribution features over the draft's full vocabulary, the
     scoring, the decision), over 8-token rounds at block size 1. `scorer=False` scores with the torch forward
-    block by block (what runs off CPU) instead of the numpy round scorer.
+    block by block (what runs off CPU) instead of the compiled round scorer.
 
     Scoring is per token whatever the block size (the CPU scorer adds one token at a time), so the cost model
     charges it per drafted token."""

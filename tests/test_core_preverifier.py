@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from conftest import make_preverifier, plain_greedy
@@ -131,8 +133,11 @@ def test_block_by_block_scoring_equals_the_full_rerun():
 
 
 @pytest.mark.parametrize("mode", ["both", "hidden", "features"])
-def test_round_scorer_equals_the_torch_forward(mode):
-    """The numpy scorer generation uses on CPU gives the layer's logits, token by token, round after round."""
+def test_compiled_scorer_equals_the_torch_forward(mode):
+    """The compiled scorer generation uses on CPU gives draft_features and the layer's logits, token by token,
+    round after round, from the draft's hidden state and raw logits."""
+    from pacer_hf.loops.preverifier_kernel import round_scorer
+
     torch.manual_seed(0)
     pv = PacerPreVerifier(PacerConfig(draft_hidden_size=16, max_draft_tokens=6, input_mode=mode,
                                       initializer_range=0.5, intermediate_size=48)).eval()
@@ -140,29 +145,39 @@ def test_round_scorer_equals_the_torch_forward(mode):
         if isinstance(module, torch.nn.LayerNorm):
             torch.nn.init.normal_(module.weight, 1.0, 0.3)
             torch.nn.init.normal_(module.bias, 0.0, 0.3)
-    scorer = pv.round_scorer()
-    for _ in range(3):  # rounds: start() must forget the last one
-        hidden, features = torch.randn(1, 6, 16) * 2, torch.randn(1, 6, 3) * 2
+    scorer = round_scorer(pv)
+    for scale in (0.5, 4.0, 40.0):  # rounds: start() must forget the last one; flat to peaked draft distributions
+        hidden, logits = torch.randn(6, 16) * 2, torch.randn(6, 300) * scale
+        tokens = [int(logits[0].argmax()), 7, int(logits[2].argmin()), 0, 299, int(logits[5].argmax())]
+        features = draft_features(logits, torch.tensor(tokens))
         with torch.no_grad():
-            full = pv(hidden, features).logits[0]
+            full = pv(hidden[None], features[None]).logits[0]
         scorer.start()
-        got = torch.tensor([scorer.add(hidden[0, i].numpy(), features[0, i].numpy()) for i in range(6)])
-        torch.testing.assert_close(got, full, atol=2e-5, rtol=1e-5)
+        got = []
+        for i, token in enumerate(tokens):
+            got.append(scorer.add(hidden[i], logits[i], token))
+            torch.testing.assert_close(torch.from_numpy(scorer.features.copy()), features[i], atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(torch.tensor(got), full, atol=5e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="exceed max_draft_tokens"):
-        scorer.add(hidden[0, 0].numpy(), features[0, 0].numpy())
+        scorer.add(hidden[0], logits[0], 0)
+    bf16 = scorer.add  # other dtypes are converted, not refused
+    scorer.start()
+    assert math.isfinite(bf16(hidden[0].bfloat16(), logits[0].bfloat16(), 3))
 
 
-def test_round_scorer_only_on_cpu():
+def test_compiled_scorer_only_on_cpu():
+    from pacer_hf.loops.preverifier_kernel import round_scorer
+
     pv = PacerPreVerifier(PacerConfig(draft_hidden_size=8))
-    assert pv.round_scorer() is not None
+    assert round_scorer(pv) is not None
     pv.to("meta")
-    assert pv.round_scorer() is None
+    assert round_scorer(pv) is None
 
 
-@pytest.mark.parametrize("scorer", ["numpy", "torch"])
+@pytest.mark.parametrize("scorer", ["compiled", "torch"])
 def test_stopping_criteria_decisions_equal_deciding_on_the_full_rerun(pair, scorer):
     """In generate, every block decision equals decide() on a full re-run over the round so far, whether the
-    round is scored by the numpy scorer (CPU) or by the torch forward block by block (other devices)."""
+    round is scored by the compiled scorer (CPU) or by the torch forward block by block (other devices)."""
     from pacer_hf.loops.candidate_generator import PacerStoppingCriteria
     from pacer_hf.stats import PacerStats
 

@@ -12,8 +12,9 @@ from conftest import make_preverifier, plain_greedy
 from helpers import prompt
 
 import pacer_hf
-from pacer_hf import PacerConfig, PacerPreVerifier
+from pacer_hf import PacerConfig, PacerPreVerifier, draft_features
 from pacer_hf.loops.candidate_generator import PacerStoppingCriteria
+from pacer_hf.loops.preverifier_kernel import round_scorer
 from pacer_hf.modeling_pacer import loop_features
 
 
@@ -32,26 +33,29 @@ def test_loop_features_values():
     assert loop_features(10, 10, 0.5, 10) == [1.0, 1.0, 0.5]
 
 
-def test_forward_needs_them_and_the_numpy_scorer_matches():
+def test_forward_needs_them_and_the_compiled_scorer_matches():
     torch.manual_seed(0)
     pv = PacerPreVerifier(PacerConfig(draft_hidden_size=16, max_draft_tokens=6, loop_features=True,
                                       initializer_range=0.5)).eval()
     hidden, features = torch.randn(1, 6, 16), torch.randn(1, 6, 3)
     with pytest.raises(ValueError, match="loop_features"):
         pv(hidden, features)
-    scorer = pv.round_scorer()
+    logits = torch.randn(6, 50) * 3
+    tokens = logits.argmax(-1)
+    features = draft_features(logits, tokens)[None]
+    scorer = round_scorer(pv)
     outputs = []
     for loop in ([0.0, 0.0, 0.0], [0.5, 1.0, 0.9], [0.125, 0.0, 0.3]):
         with torch.no_grad():
             full = pv(hidden, features, loop_features=torch.tensor([loop])).logits[0]
         scorer.start(loop)
-        got = torch.tensor([scorer.add(hidden[0, i].numpy(), features[0, i].numpy()) for i in range(6)])
+        got = torch.tensor([scorer.add(hidden[0, i], logits[i], int(tokens[i])) for i in range(6)])
         torch.testing.assert_close(got, full, atol=2e-5, rtol=1e-5)
         outputs.append(full)
     assert not torch.allclose(outputs[0], outputs[1]), "the loop's state must reach the logits"
 
 
-@pytest.mark.parametrize("scorer", ["numpy", "torch"])
+@pytest.mark.parametrize("scorer", ["compiled", "torch"])
 def test_each_round_reads_the_round_before(pair, monkeypatch, scorer):
     """Round i + 1 starts with loop_features(accepted_i, drafted_i, the target's top probability where it chose
     its last token of round i); the first round with zeros; output identical to the target alone."""

@@ -129,18 +129,19 @@ def test_round_overhead_favours_longer_drafts():
 def test_collected_inputs_match_generation(tiny_pair, monkeypatch):
     """Collection's hidden states/features equal what generation feeds the pre-verifier, and the simulator's
     draft length equals the one generation chooses (first round, same prefix)."""
-    from pacer_hf.modeling_pacer import RoundScorer
+    from pacer_hf.loops.preverifier_kernel import CompiledRoundScorer
 
     target, draft = tiny_pair
     prompt = corpus(1, 12, seed=7)[0]
     pv = make_preverifier(draft, max_draft_tokens=STEPS, block_size=2, threshold=0.3)
-    fed, add = [], RoundScorer.add
+    fed, add = [], CompiledRoundScorer.add
 
-    def recording_add(self, hidden, features):
-        fed.append((hidden.copy(), features.copy()))
-        return add(self, hidden, features)
+    def recording_add(self, hidden, logits, token):
+        logit = add(self, hidden, logits, token)
+        fed.append((hidden.float().numpy().copy(), self.features.copy()))
+        return logit
 
-    monkeypatch.setattr(RoundScorer, "add", recording_add)
+    monkeypatch.setattr(CompiledRoundScorer, "add", recording_add)
     target.generate(torch.tensor([prompt]), assistant_model=draft, pacer=pv, do_sample=False, max_new_tokens=8)
     first_round = pacer_hf.last_stats(target).draft_lengths[0]
     arrays = propose_and_label(target, draft, [prompt], STEPS)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -302,99 +301,6 @@ class PacerPreVerifier(PreTrainedModel):
         while kept < len(block) and block[kept] >= config.trim_cutoff:
             kept += 1
         return True, len(block) - kept
-
-    def round_scorer(self) -> RoundScorer | None:
-        """A numpy scorer of this pre-verifier's current weights for generation on CPU; None on other devices."""
-        if self.device.type != "cpu":
-            return None
-        return RoundScorer(self)
-
-
-class RoundScorer:
-    """The pre-verifier's per-round inference on CPU in numpy, one drafted token at a time.
-
-    The layer is 64 wide: in torch, per-operation dispatch is most of a call (≈ 0.2 ms, a third of a lean
-    draft step on the demo pair). numpy runs the same float32 arithmetic with LayerNorm affines folded into
-    the linear layers after them; the logits equal `forward(cache=)`'s to float rounding
-    (tests/test_core_preverifier.py). Built from a snapshot of the weights: build a new one after training.
-    """
-
-    def __init__(self, model: PacerPreVerifier):
-        weights = {name: value.detach().float().cpu().numpy() for name, value in model.state_dict().items()}
-        config = model.config
-        self.max_tokens = config.max_draft_tokens
-        self.num_heads = config.num_attention_heads
-        self.scale = 1.0 / math.sqrt(config.hidden_size // config.num_attention_heads)
-        self.position = weights["position.weight"]
-        self.hidden_proj = self._linear(weights, "hidden_proj") if config.input_mode != "features" else None
-        self.feature_proj = self._linear(weights, "feature_proj") if config.input_mode != "hidden" else None
-        self.loop_proj = self._linear(weights, "loop_proj") if getattr(config, "loop_features", False) else None
-        self.qkv = self._folded(weights, "layer.attn_norm", "layer.qkv")
-        self.out = self._linear(weights, "layer.out")
-        self.mlp_in = self._folded(weights, "layer.mlp_norm", "layer.mlp.0")
-        self.mlp_out = self._linear(weights, "layer.mlp.2")
-        weight, bias = self._folded(weights, "norm", "head")
-        self.head = (weight[:, 0].copy(), float(bias[0]))
-        self.epsilons = (model.layer.attn_norm.eps, model.layer.mlp_norm.eps, model.norm.eps)
-        self.start()
-
-    @staticmethod
-    def _linear(weights: dict, name: str) -> tuple[np.ndarray, np.ndarray]:
-        return np.ascontiguousarray(weights[f"{name}.weight"].T), weights[f"{name}.bias"]
-
-    @staticmethod
-    def _folded(weights: dict, norm: str, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """`LayerNorm(x) @ W.T + b` as `normalized(x) @ W'.T + b'`: the norm's affine folded into the linear."""
-        gain, shift = weights[f"{norm}.weight"], weights[f"{norm}.bias"]
-        matrix, bias = weights[f"{name}.weight"], weights[f"{name}.bias"]
-        return np.ascontiguousarray((matrix * gain).T), bias + matrix @ shift
-
-    @staticmethod
-    def _normalized(x: np.ndarray, eps: float) -> np.ndarray:
-        centered = x - x.sum() / x.shape[0]
-        return centered / math.sqrt(float(centered @ centered) / x.shape[0] + eps)
-
-    @staticmethod
-    def _gelu(x: np.ndarray) -> np.ndarray:
-        """nn.GELU's exact form, x * Φ(x), with erf by Abramowitz & Stegun 7.1.26 (error < 1.5e-7)."""
-        z = np.abs(x) * (1.0 / math.sqrt(2.0))
-        t = 1.0 / (1.0 + 0.3275911 * z)
-        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-        erf = 1.0 - poly * np.exp(-z * z)
-        return 0.5 * x * (1.0 + np.copysign(erf, x))
-
-    def start(self, loop: list[float] | None = None) -> None:
-        """A new round: forget the keys and values of the last one; `loop`: the round's `loop_features(...)`."""
-        width = self.qkv[1].shape[0] // 3
-        self.bias = self.position.copy()
-        if self.loop_proj is not None:
-            self.bias += np.asarray(loop if loop is not None else [0.0, 0.0, 0.0], dtype=np.float32) @ self.loop_proj[0] \
-                + self.loop_proj[1]
-        self.keys = np.zeros((self.num_heads, self.max_tokens, width // self.num_heads), dtype=np.float32)
-        self.values = np.zeros_like(self.keys)
-        self.length = 0
-
-    def add(self, hidden: np.ndarray, features: np.ndarray) -> float:
-        """The acceptance logit of the round's next drafted token (`hidden (draft_hidden,)`, `features (3,)`)."""
-        n = self.length
-        if n >= self.max_tokens:
-            raise ValueError(f"{n + 1} drafted tokens exceed max_draft_tokens={self.max_tokens}.")
-        x = self.bias[n].copy()
-        if self.hidden_proj is not None:
-            x += hidden @ self.hidden_proj[0] + self.hidden_proj[1]
-        if self.feature_proj is not None:
-            x += features @ self.feature_proj[0] + self.feature_proj[1]
-        attn_eps, mlp_eps, out_eps = self.epsilons
-        q, self.keys[:, n], self.values[:, n] = (self._normalized(x, attn_eps) @ self.qkv[0] + self.qkv[1]).reshape(
-            3, self.num_heads, -1)
-        self.length = n = n + 1
-        scores = (self.keys[:, :n] @ q[:, :, None])[:, :, 0] * self.scale  # (heads, n)
-        weights = np.exp(scores - scores.max(-1, keepdims=True))
-        weights /= weights.sum(-1, keepdims=True)
-        attended = (weights[:, None, :] @ self.values[:, :n])[:, 0].reshape(-1)
-        x = x + attended @ self.out[0] + self.out[1]
-        x = x + self._gelu(self._normalized(x, mlp_eps) @ self.mlp_in[0] + self.mlp_in[1]) @ self.mlp_out[0] + self.mlp_out[1]
-        return float(self._normalized(x, out_eps) @ self.head[0] + self.head[1])
 
 
 def round_cost(table: list[float], k: int) -> float:

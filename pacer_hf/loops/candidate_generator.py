@@ -45,7 +45,9 @@ class PacerStoppingCriteria(StoppingCriteria):
         self.block_size = preverifier.config.block_size
         self.device = preverifier.device
         self.stats = stats
-        self.scorer = preverifier.round_scorer()  # numpy on CPU; None: the torch forward, block by block
+        from .preverifier_kernel import round_scorer  # numba, imported when Pacer first runs
+
+        self.scorer = round_scorer(preverifier)  # CPU: compiled, token by token; None: the torch forward, block by block
         self.hidden: list[torch.Tensor] = []  # the current block's inputs only
         self.features: list[torch.Tensor] = []
         self.past = None  # the pre-verifier's keys/values over the round's earlier blocks (torch path)
@@ -71,14 +73,15 @@ class PacerStoppingCriteria(StoppingCriteria):
     def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
         """Record one drafted token (draft hidden state, raw logits, id); True when drafting should stop.
 
-        On CPU each token is scored as it comes (`RoundScorer`); elsewhere the torch layer scores each block at its
-        boundary over the round's cached keys and values. Either way the decision is taken at block boundaries."""
+        On CPU each token is scored as it comes (`CompiledRoundScorer`: features and layer in one compiled call);
+        elsewhere the torch layer scores each block at its boundary over the round's cached keys and values. Either
+        way the decision is taken at block boundaries."""
         start = time.perf_counter()
-        features = draft_features(logits, token[:, 0])  # 3 numbers: no logits are kept
         if self.scorer is not None:
-            self.token_logits.append(self.scorer.add(hidden[0].float().cpu().numpy(), features[0].cpu().numpy()))
+            self.token_logits.append(self.scorer.add(hidden[0], logits[0], int(token[0, 0])))
             done = len(self.token_logits) % self.block_size == 0
         else:
+            features = draft_features(logits, token[:, 0])  # 3 numbers: no logits are kept
             self.hidden.append(hidden)
             self.features.append(features)
             done = len(self.hidden) == self.block_size
