@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from conftest import build_draft, build_model, make_preverifier, plain_greedy
@@ -52,17 +53,34 @@ def lookup(target, **kwargs):
 
 
 def test_online_rounds_refine_the_probe():
-    costs = RoundCosts([1.0, 2.0, 4.0], "probe")
-    assert costs.table() == [1.0, 2.0, 4.0]
-    for _ in range(round_costs.MIN_SAMPLES - 1):
-        costs.observe(0, 3.0)
-    assert costs.table() == [1.0, 2.0, 4.0], "too few rounds: the probe still decides"
-    costs.observe(0, 3.0)  # plain steps here cost 3x the probe's: so, presumably, does everything
-    assert costs.seconds() == [3.0, 6.0, 12.0]
-    for _ in range(round_costs.MIN_SAMPLES):
-        costs.observe(1, 3.0)  # but proposing one token turns out to cost no more than a plain step
-    assert costs.table()[:2] == [1.0, 1.0]
-    assert costs.summary()["source"] == "probe+online" and costs.summary()["online_rounds"] == {0: 3, 1: 3}
+    """Rounds supply the probe's scale and a per-round offset; the probe keeps the curve's shape, whatever the
+    per-length noise, and too few rounds leave the probe alone."""
+    probe = [1.0, 2.0, 1.5, 4.0]  # width 2 a slow kernel on this machine, as probes find
+    costs = RoundCosts(probe, "probe")
+    assert costs.table() == probe
+    for _ in range(round_costs.MIN_ROUNDS - 1):
+        costs.observe(1, 3.0 * 2.0 + 0.5)
+    assert costs.seconds() == probe, "too few rounds: the probe still decides"
+    for k in (0, 2, 3, 0, 2, 3, 1):  # every round costs 3 x the probe + 0.5 s the probe leaves out
+        costs.observe(k, 3.0 * probe[k] + 0.5)
+    assert costs.seconds() == pytest.approx([3.0 * v + 0.5 for v in probe])
+    assert costs.summary()["source"] == "probe+online" and costs.summary()["online_rounds"] == 14
+    assert costs.summary()["fit"] == {"scale": 3.0, "offset_ms": 500.0}
+    noisy = RoundCosts(probe, "probe")
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # per-length noise and a few outliers: the fitted curve keeps the probe's shape
+        k = int(rng.integers(0, 4))
+        noisy.observe(k, (2.0 * probe[k] + 0.2) * float(rng.uniform(0.8, 1.25)) * (10.0 if rng.random() < 0.03 else 1.0))
+    seconds = noisy.seconds()
+    assert seconds[2] < seconds[1] < seconds[3] and seconds[0] < seconds[2]
+    one_length = RoundCosts(probe, "probe")  # a single length: its scale, no offset
+    for _ in range(round_costs.MIN_ROUNDS):
+        one_length.observe(2, 3.0)
+    assert one_length.seconds() == pytest.approx([2.0 * v for v in probe])
+    cheaper_long = RoundCosts(probe, "probe")  # a fit needing a negative offset falls back to scale only
+    for k, seconds in ((0, 0.1), (3, 8.0)) * 4:
+        cheaper_long.observe(k, seconds)
+    assert cheaper_long.fit[1] == 0.0 and cheaper_long.seconds()[0] > 0
     fixed = RoundCosts([1.0, 2.0], "given", online=False)
     fixed.observe(1, 100.0)
     assert fixed.table() == [1.0, 2.0]

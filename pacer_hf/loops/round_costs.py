@@ -12,8 +12,12 @@ Costs come from, best last:
             for a draft, its step and the pre-verifier's per-token cost), interleaved, minimum over
             passes; cached for the process and, when `$PACER_HF_COST_CACHE` names a file, on disk,
             keyed by what it measured;
-- `online`: the loop's own round timings per proposal length (from handing out the candidates to
-            receiving the verdict), refining the probe as the call runs and across calls.
+- `online`: the loop's own round timings (from handing out the candidates to receiving the verdict), refining
+            the probe as the call runs and across calls: seconds(k) = a * probe(k) + b fitted to them, so the
+            probe keeps the curve's shape (which widths this machine's kernels make slow) and the rounds supply
+            its scale and the per-round work the probe leaves out. Per-length medians of the rounds alone are
+            no curve: each length is chosen in different contexts and seen a handful of times, and a rule fed
+            such a table (k = 6 at 1.14 plain steps, k = 7 at 2.25 in one run here) prefers lengths by noise.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
@@ -37,8 +42,9 @@ COST_CACHE_ENV = "PACER_HF_COST_CACHE"
 PROBE_BUDGET_S = 2.5  # the forward probe starts no pass that would end past this (at least one pass runs)
 PROBE_PASSES = 5
 PROBE_CONTEXT = 64
-MIN_SAMPLES = 3  # online rounds of one length before their median replaces the probe's figure
-WINDOW = 64  # online rounds kept per length
+MIN_ROUNDS = 8  # online rounds before they refine the probe
+REFIT_EVERY = 16  # rounds between refits after that (a fit costs ≈ 0.3 ms, a small model's round ≈ 15 ms)
+WINDOW = 256  # the latest online rounds kept
 
 
 def check_cost_mode(value) -> str | list[float]:
@@ -58,9 +64,10 @@ def check_cost_mode(value) -> str | list[float]:
 
 class RoundCosts:
     """Seconds of a round proposing k = 0..K tokens: `probe[k]` from the probe (or a given table), refined by
-    `observe(k, seconds)`. A length with `MIN_SAMPLES` observed rounds uses their median; the others, the
-    probe scaled by the median observed/probed ratio (the probe's short context and bare forwards make all
-    lengths cheaper alike). Decisions compare rates across lengths, so only the curve's shape matters."""
+    `observe(k, seconds)`. From `MIN_ROUNDS` observed rounds on (refitted every `REFIT_EVERY`), seconds(k) = a * probe[k] + b with a > 0, b >= 0
+    fitted (least squares, weighted by rounds) to the medians of the observed rounds per length: the probe's
+    shape, the rounds' scale, and b for the per-round work a bare forward does not include. Decisions compare
+    rates across lengths, so only the curve's shape and that offset matter."""
 
     def __init__(self, probe: list[float], source: str, describe: dict | None = None, probe_seconds: float = 0.0,
                  online: bool = True):
@@ -71,20 +78,26 @@ class RoundCosts:
         self.describe = describe or {}
         self.probe_seconds = probe_seconds
         self.online = online
-        self.samples: dict[int, deque] = {}
+        self.samples: deque = deque(maxlen=WINDOW)
+        self.fit = (1.0, 0.0)
+        self.unfitted = 0  # rounds observed since the last fit
         self._seconds: list[float] | None = None
 
     def observe(self, k: int, seconds: float) -> None:
-        if self.online and 0 <= k < len(self.probe):
-            self.samples.setdefault(k, deque(maxlen=WINDOW)).append(seconds)
-            self._seconds = None
+        if self.online and 0 <= k < len(self.probe) and seconds > 0:
+            self.samples.append((k, seconds))
+            self.unfitted += 1
+            fitted = len(self.samples) - self.unfitted >= MIN_ROUNDS
+            if len(self.samples) >= MIN_ROUNDS and (not fitted or self.unfitted >= REFIT_EVERY):
+                self._seconds = None
 
     def seconds(self) -> list[float]:
-        """The current estimate per k (recomputed only after new observations)."""
+        """The current estimate per k (refitted when `observe` says enough new rounds came in)."""
         if self._seconds is None:
-            observed = {k: statistics.median(v) for k, v in self.samples.items() if len(v) >= MIN_SAMPLES}
-            scale = statistics.median([observed[k] / self.probe[k] for k in observed]) if observed else 1.0
-            self._seconds = [observed.get(k, self.probe[k] * scale) for k in range(len(self.probe))]
+            self.fit = fit_probe(self.probe, self.samples) if len(self.samples) >= MIN_ROUNDS else (1.0, 0.0)
+            self.unfitted = 0 if len(self.samples) >= MIN_ROUNDS else self.unfitted
+            scale, offset = self.fit
+            self._seconds = [scale * v + offset for v in self.probe]
         return self._seconds
 
     def table(self) -> list[float]:
@@ -94,9 +107,30 @@ class RoundCosts:
 
     def summary(self) -> dict:
         """What decided the call, for `last_stats(model).costs`."""
-        observed = {k: len(v) for k, v in sorted(self.samples.items()) if len(v) >= MIN_SAMPLES}
-        return {"source": self.source + ("+online" if observed else ""), "table": [round(v, 4) for v in self.table()],
-                "probe_seconds": round(self.probe_seconds, 3), "online_rounds": observed, **self.describe}
+        table = self.table()
+        online = len(self.samples) >= MIN_ROUNDS
+        scale, offset = self.fit
+        return {"source": self.source + ("+online" if online else ""), "table": [round(v, 4) for v in table],
+                "probe_seconds": round(self.probe_seconds, 3), "online_rounds": len(self.samples) if online else 0,
+                "fit": {"scale": round(scale, 4), "offset_ms": round(1000 * offset, 3)}, **self.describe}
+
+
+def fit_probe(probe: list[float], samples) -> tuple[float, float]:
+    """(a, b) with a > 0, b >= 0 minimising sum_k n_k (median_k - a * probe[k] - b)^2 over the observed lengths k
+    (n_k rounds, median_k their median seconds); one length alone, or a fit that would need b < 0, gives b = 0."""
+    groups: dict[int, list[float]] = {}
+    for k, seconds in samples:
+        groups.setdefault(k, []).append(seconds)
+    weights = np.array([len(v) for v in groups.values()], dtype=np.float64)
+    medians = np.array([statistics.median(v) for v in groups.values()])
+    probed = np.array([probe[k] for k in groups])
+    if len(groups) > 1:
+        design = np.stack([probed, np.ones_like(probed)], 1) * np.sqrt(weights)[:, None]
+        (scale, offset), *_ = np.linalg.lstsq(design, medians * np.sqrt(weights), rcond=None)
+        if scale > 0 and offset >= 0:
+            return float(scale), float(offset)
+    scale = float((weights * medians * probed).sum() / (weights * probed * probed).sum())
+    return scale, 0.0
 
 
 _PROCESS: dict[str, RoundCosts] = {}  # one per key: online refinements carry over between calls
