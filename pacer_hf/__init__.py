@@ -12,9 +12,10 @@ registry; nothing else.
 
 from transformers import AutoConfig, AutoModel
 
+from .attached import attach, default_lookup_gate
 from .configuration_lookup_gate import PacerLookupGateConfig
 from .configuration_pacer import PacerConfig
-from .generation import attach, default_lookup_gate, disable, enable, last_stats, load_preverifier
+from .generation import disable, enable, last_stats, load_preverifier
 from .loops.draft_forwards import compile_draft
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier, draft_features

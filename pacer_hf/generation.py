@@ -21,7 +21,7 @@ import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
 from ._hf_compat import batch_row_cache, check_cache_support, check_supported, default_candidate_generator
-from ._paths import hub_cards_dir
+from .attached import attached_preverifier, default_lookup_gate, require_attached
 from .loops.batch_cache import check_batch_memory
 from .loops.batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
 from .loops.draft_forwards import DRAFT_FORWARDS
@@ -45,7 +45,6 @@ from .strategies import (
 PacerArg = bool | str | dict | StrategyConfig | PacerPreVerifier | PacerLookupGate | None
 MODULE_TYPES = {"pacer_preverifier": PacerPreVerifier, "pacer_lookup_gate": PacerLookupGate}
 _MISSING = object()
-DEFAULT_LOOKUP_GATE = "default-lookup-gate"  # folder under hub_cards/ (pacer_hf/hub_cards/ in the wheel)
 # pacer_loop=: pacer_hf's lean verification loop (lean_loop.py), or transformers' _assisted_decoding.
 LOOPS = ("lean", "transformers")
 
@@ -77,33 +76,6 @@ def disable(model: PreTrainedModel) -> PreTrainedModel:
                  "_pacer_added_config_entry"):
         model.__dict__.pop(name, None)
     return model
-
-
-def attach(model: PreTrainedModel, module: PacerPreVerifier | PacerLookupGate) -> PreTrainedModel:
-    """Attach a pre-verifier to its draft (`generate(assistant_model=draft, pacer=True)` uses it) or a lookup
-    gate to its target (`generate(prompt_lookup_num_tokens=N, pacer=True)` uses it). Returns `model`."""
-    # object.__setattr__: a plain attribute, not a registered submodule (the model's state_dict, parameters
-    # and save_pretrained stay its own)
-    if isinstance(module, PacerPreVerifier):
-        module.check_draft(model)
-        object.__setattr__(model, "_pacer_preverifier", module)
-    elif isinstance(module, PacerLookupGate):
-        object.__setattr__(model, "_pacer_lookup_gate", module)
-    else:
-        raise TypeError(f"attach() takes a PacerPreVerifier or a PacerLookupGate, got {type(module).__name__}.")
-    return model
-
-
-@functools.cache
-def default_lookup_gate() -> PacerLookupGate:
-    """The lookup gate shipped inside pacer_hf (`hub_cards/default-lookup-gate`), trained on the answers of several
-    targets with different tokenizers: `generate(prompt_lookup_num_tokens=N, pacer=True)` uses it on any causal LM
-    without a gate of its own. Loaded once per process, on CPU (an MLP over at most N rows)."""
-    folder = hub_cards_dir() / DEFAULT_LOOKUP_GATE
-    if not (folder / "config.json").is_file():
-        raise ValueError(f"pacer_hf's default lookup gate is not installed here ({folder} is missing): pass "
-                         "pacer=<PacerLookupGate, folder or Hub id>, or pacer_hf.attach(target, gate).")
-    return PacerLookupGate.from_pretrained(folder).eval()
 
 
 def last_stats(model: PreTrainedModel) -> PacerStats | None:
@@ -217,7 +189,7 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict,
     preverifier = module
     do_sample = bool(_generation_value(model, kwargs, "do_sample"))
     if config.use_preverifier:
-        preverifier = preverifier or _attached(draft, config)
+        preverifier = preverifier or require_attached(draft, config, do_sample)
         preverifier.check_draft(draft)
         _check_trim(preverifier, do_sample)
     else:
@@ -241,14 +213,14 @@ def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: 
         gate = module if isinstance(module, PacerLookupGate) else getattr(model, "_pacer_lookup_gate", None)
         gate = gate if gate is not None else default_lookup_gate()
     preverifier = None
+    do_sample = bool(_generation_value(model, kwargs, "do_sample"))
     if draft is not None:
         _check_tokenizers(kwargs)
         _check_pair(model, draft)
-        preverifier = getattr(draft, "_pacer_preverifier", None)
+        preverifier = attached_preverifier(draft, do_sample)
         if preverifier is not None:
             preverifier.check_draft(draft)
     _check_inputs(model, args, kwargs)
-    do_sample = bool(_generation_value(model, kwargs, "do_sample"))
     if preverifier is not None:
         _check_trim(preverifier, do_sample)
     return build_call(config, StrategyContext(model, draft, preverifier, do_sample, draft_forward, lookup_gate=gate,
@@ -285,17 +257,6 @@ def _strategy(model: PreTrainedModel, pacer: PacerArg, draft, lookup: bool) -> t
         "pacer= accepts True, False/None, a strategy name or config (pacer_hf.strategy_names()), a "
         f"PacerPreVerifier or PacerLookupGate, or a folder or Hub id holding one; got {type(pacer).__name__}."
     )
-
-
-def _attached(draft: PreTrainedModel, config: StrategyConfig) -> PacerPreVerifier:
-    attached = getattr(draft, "_pacer_preverifier", None)
-    if attached is None:
-        raise ValueError(
-            f"{type(config).__name__}(use_preverifier=True) uses the pre-verifier attached to the draft, and this "
-            "draft has none: call pacer_hf.attach(draft, preverifier) first, or pass pacer=<PacerPreVerifier, "
-            "folder or Hub id> for Pacer alone."
-        )
-    return attached
 
 
 def load_preverifier(name_or_path: str | Path, **kwargs) -> PacerPreVerifier:

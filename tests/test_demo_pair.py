@@ -134,7 +134,11 @@ def test_onpolicy_stage_fits_measures_and_ships_the_draft(tiny_build):
     card = (Path(args.out) / "demo-draft" / "README.md").read_text()
     assert "Fitted to its target" in card and f"{report['after']['agreement_greedy_path']:.3f}" in card
     shipped = json.loads((Path(args.out) / "demo-preverifier" / "config.json").read_text())
-    assert shipped["loop_features"] and shipped["calibration"]["chosen"]
+    assert shipped["loop_features"] and shipped["calibration"]["chosen"] and shipped["decoding"] == "greedy"
+    sampling = json.loads((Path(args.out) / "demo-preverifier-sampling" / "config.json").read_text())
+    assert sampling["decoding"] == "sampling" and sampling["calibration"]["chosen"] and not sampling["loop_features"]
+    manifest = json.loads((work / "traces-sampled-train" / "manifest.json").read_text())
+    assert manifest["label_kind"] == "sampling" and manifest["complete"]
 
 
 def test_missing_or_corrupted_pair_says_how_to_rebuild(tiny_build, tmp_path):

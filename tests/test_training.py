@@ -301,6 +301,8 @@ def test_sampling_labels_are_soft(tiny_pair, tmp_path):
     labels = np.asarray(load_traces(out)["labels"])
     assert read_manifest(out)["label_kind"] == "sampling"
     assert ((labels >= 0) & (labels <= 1)).all() and ((labels > 0) & (labels < 1)).any()
+    model = build_preverifier(read_manifest(out))
+    assert model.config.decoding == "sampling", "a pre-verifier records what its traces were labelled for"
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from transformers import PretrainedConfig
 
 DECISION_RULES = ("block", "cumulative", "expected_gain")
 INPUT_MODES = ("both", "hidden", "features")
+DECODINGS = ("greedy", "sampling", None)
 NUM_DRAFT_FEATURES = 3  # log-prob of the chosen token, entropy, top-1/top-2 probability margin
 NUM_LOOP_FEATURES = 3  # the previous round's accepted share and whether it was a full round, the target's confidence
 
@@ -46,6 +47,9 @@ class PacerConfig(PretrainedConfig):
         loop_features (`bool`): also read what the speculative loop knows before a round starts and the draft
             cannot see (`modeling_pacer.loop_features`): how many of the previous round's drafted tokens the target
             accepted, whether that was `max_draft_tokens`, and the target's probability of the last token it chose.
+        decoding (`str`): what its training rounds were drafted and labelled for: `"greedy"` (greedy drafts, hard
+            labels) or `"sampling"` (sampled drafts, soft labels min(1, p/q)); None when not recorded. A pre-verifier
+            is calibrated for one of them: `pacer_hf.attach` keeps one of each, and generate picks by `do_sample`.
     """
 
     model_type = "pacer_preverifier"
@@ -71,6 +75,7 @@ class PacerConfig(PretrainedConfig):
         calibration: dict | None = None,
         initializer_range: float = 0.02,
         loop_features: bool = False,
+        decoding: str | None = None,
         **kwargs,
     ):
         if decision_rule not in DECISION_RULES:
@@ -78,6 +83,8 @@ class PacerConfig(PretrainedConfig):
         if decision_rule == "expected_gain" and not {"draft_cost", "verify_cost"} <= set(calibration or {}):
             raise ValueError("decision_rule='expected_gain' needs the pair's measured costs in calibration "
                              "(draft_cost, verify_cost): run `pacer-hf calibrate`, or use decision_rule='block'.")
+        if decoding not in DECODINGS:
+            raise ValueError(f"decoding={decoding!r} is not one of {DECODINGS}.")
         if input_mode not in INPUT_MODES:
             raise ValueError(f"input_mode={input_mode!r} is not one of {INPUT_MODES}.")
         if not 0.0 <= float(threshold) <= 1.0:
@@ -107,6 +114,7 @@ class PacerConfig(PretrainedConfig):
         self.calibration = calibration
         self.initializer_range = initializer_range
         self.loop_features = bool(loop_features)
+        self.decoding = decoding
         super().__init__(**kwargs)
 
 

@@ -20,7 +20,7 @@ from ..pairs import PAIRS
 from .prompts import CATEGORIES, CHAT_CATEGORIES, check_categories
 from .strategies import Strategy, available_strategy_names, default_strategy_names, resolve_strategies
 
-DEMO = {role: hub_cards_dir() / f"demo-{role}" for role in ("target", "draft", "preverifier")}
+DEMO = {role: hub_cards_dir() / f"demo-{role}" for role in ("target", "draft", "preverifier", "preverifier-sampling")}
 BENCH_EXTRA = "pip install 'pacer-hf[bench]'"
 QUICK = {"prompts": 2, "runs": 1, "max_new_tokens": 32, "prompt_tokens": 128, "cost_repeats": 15}
 FULL = {"prompts": 6, "runs": 3, "max_new_tokens": 128, "prompt_tokens": 256, "cost_repeats": 30}
@@ -33,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pair.add_argument("--target", help="target model folder or Hub id (default hub_cards/demo-target)")
     pair.add_argument("--draft", help="draft model folder or Hub id (default hub_cards/demo-draft)")
     pair.add_argument("--preverifier", help="pre-verifier folder (default hub_cards/demo-preverifier if present)")
+    pair.add_argument("--sampling-preverifier",
+                      help="pre-verifier folder for the sampling runs (T > 0), trained on sampled rounds (default "
+                           "hub_cards/demo-preverifier-sampling with the demo pair and no --preverifier; else "
+                           "--preverifier's)")
     pair.add_argument("--tokenizer", help="tokenizer folder (default: the target's)")
     pair.add_argument("--lookup-gate", help="a lookup gate folder attached to the target: strategy pacer-lookup "
                       "uses it (default: the pair's own, e.g. hub_cards/smollm2-lookup-gate, else the default gate)")
@@ -163,9 +167,12 @@ def _load_named_pair(args: argparse.Namespace):
         print(f"note: --pair {args.pair} ships no draft yet: prompt-lookup strategies only.", file=sys.stderr)
         if args.preverifier:
             raise ValueError(f"--preverifier needs a draft to read, and --pair {args.pair} ships none.")
-        return pair.target, None, pair.tokenizer, None
+        return pair.target, None, pair.tokenizer, None, None
     preverifier = pacer_hf.load_preverifier(args.preverifier).to(pair.draft.dtype) if args.preverifier else pair.preverifier
-    return pair.target, pair.draft, pair.tokenizer, preverifier
+    sampling = None if args.preverifier else pair.sampling_preverifier  # the pair's own belongs to its own pre-verifier
+    if args.sampling_preverifier:
+        sampling = pacer_hf.load_preverifier(args.sampling_preverifier).to(pair.draft.dtype)
+    return pair.target, pair.draft, pair.tokenizer, preverifier, sampling
 
 
 def _run(args: argparse.Namespace, report) -> int:
@@ -198,6 +205,8 @@ def _run(args: argparse.Namespace, report) -> int:
                              "--draft (and --tokenizer if the target folder has none).")
         target_path, draft_path = str(DEMO["target"]), str(DEMO["draft"])
         preverifier_path = args.preverifier or (str(DEMO["preverifier"]) if DEMO["preverifier"].is_dir() else None)
+        if not args.preverifier and not args.sampling_preverifier and DEMO["preverifier-sampling"].is_dir():
+            args.sampling_preverifier = str(DEMO["preverifier-sampling"])
     elif args.target is None or args.draft is None:
         raise ValueError("Pass both --target and --draft (or neither, for the demo pair).")
     else:
@@ -229,7 +238,7 @@ def _run(args: argparse.Namespace, report) -> int:
 
     transformers.logging.set_verbosity_error()  # HF's per-round deprecation notes would drown the progress bar
     if args.pair is not None:
-        target, draft, tokenizer, preverifier = _load_named_pair(args)
+        target, draft, tokenizer, preverifier, sampling = _load_named_pair(args)
         target_path, draft_path = target.name_or_path, (draft.name_or_path if draft is not None else None)
     else:
         target = load_causal_lm(target_path, args.dtype)
@@ -237,6 +246,10 @@ def _run(args: argparse.Namespace, report) -> int:
         tokenizer = load_tokenizer(args.tokenizer or target_path)
         check_pair(target, draft, tokenizer)
         preverifier = pacer_hf.load_preverifier(preverifier_path).to(draft.dtype) if preverifier_path else None
+        sampling = pacer_hf.load_preverifier(args.sampling_preverifier).to(draft.dtype) if args.sampling_preverifier else None
+    if sampling is not None and preverifier is None:
+        raise ValueError("--sampling-preverifier serves Pacer's sampling runs next to a pre-verifier for greedy ones: "
+                         "pass --preverifier too.")
     if args.lookup_gate:
         pacer_hf.attach(pacer_hf.enable(target), pacer_hf.PacerLookupGate.from_pretrained(args.lookup_gate).eval())
     config = BenchConfig(
@@ -268,12 +281,14 @@ def _run(args: argparse.Namespace, report) -> int:
         return _run_batches(args, target, draft, preverifier, tokenizer, prompts, config, batch_sizes, strategies)
     try:
         result = run_benchmark(target, draft, prompts, config, preverifier=preverifier,
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, sampling_preverifier=sampling)
     except BenchmarkMismatch as error:
         print(f"pacer-hf bench: FAILED: {error}", file=sys.stderr)
         return 1
     result.meta.update(command=_command(args), heldout_origin=origin,
                        pair={"target": target_path, "draft": draft_path, "preverifier": preverifier_path,
+                             "sampling_preverifier": args.sampling_preverifier if sampling is not None and
+                             args.sampling_preverifier else ("pair" if sampling is not None else None),
                              "lookup_gate": args.lookup_gate},
                        dtype=str(torch.tensor([], dtype=target.dtype).dtype))
     written = report.write_outputs(result, args.out, overwrite=args.overwrite, plots=not args.no_plots)

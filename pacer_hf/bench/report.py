@@ -195,7 +195,8 @@ def write_docs(records: list[dict], meta: dict, out_dir: str | Path, docs: str |
         "", f"```\n{meta.get('command', '(Python API)')}\n```", "", "## Machine", "", machine_lines(meta), "",
         f"- finished: {meta.get('finished', '?')}", "", "## Setup", "",
         f"- target: `{pair.get('target', '?')}`; draft: `{pair.get('draft', '?')}`; "
-        f"pre-verifier: `{pair.get('preverifier') or 'none'}`",
+        f"pre-verifier: `{pair.get('preverifier') or 'none'}`"
+        + (f"; for sampling runs: `{pair['sampling_preverifier']}`" if pair.get("sampling_preverifier") else ""),
         f"- prompts: {', '.join(f'{c} ({len(ids)})' for c, ids in meta.get('prompts', {}).items())}; "
         f"held-out files: {shown(meta.get('heldout_origin') or 'n/a')}",
         f"- runs: {config.get('runs')}, max_new_tokens: {config.get('max_new_tokens')}, prompt tokens <= "

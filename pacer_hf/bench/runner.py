@@ -29,6 +29,7 @@ from transformers import PreTrainedModel
 import pacer_hf
 
 from .._hf_compat import CACHE_KWARG
+from ..attached import ATTACHED_SLOTS
 from ..modeling_pacer import PacerPreVerifier
 from ..strategies import OuroborosConfig, strategy_config
 from ..strategies.ouroboros.pool import POOLS_ATTRIBUTE
@@ -229,6 +230,8 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
         kwargs["prompt_lookup_num_tokens"] = strategy.lookup_tokens
     kwargs["pacer"] = _pacer_argument(strategy, preverifiers, temperature > 0)
     if strategy.needs_preverifier and strategy.family == "registered":  # e.g. pacer+ouroboros: the attached one
+        for slot in ATTACHED_SLOTS:
+            draft.__dict__.pop(slot, None)
         pacer_hf.attach(draft, preverifiers["pacer@sampling" if temperature > 0 else "pacer"])
     counter.reset()
     if temperature > 0:
@@ -271,17 +274,19 @@ def _with_config(preverifier: PacerPreVerifier, **changes) -> PacerPreVerifier:
     return variant
 
 
-def preverifier_variants(preverifier: PacerPreVerifier | None) -> dict[str, PacerPreVerifier]:
+def preverifier_variants(preverifier: PacerPreVerifier | None,
+                         sampling: PacerPreVerifier | None = None) -> dict[str, PacerPreVerifier]:
     """`pacer` is the given pre-verifier; `pacer-b1` the same weights with a copied config, block_size=1.
 
-    Sampling runs ("@sampling") use trim_failed_block=False: trimming is exact for greedy only, and
-    generate refuses it when sampling.
+    Sampling runs ("@sampling") use `sampling` (a pre-verifier trained for sampled rounds) when given, else the
+    same, with trim_failed_block=False: trimming is exact for greedy only, and generate refuses it when sampling.
     """
     if preverifier is None:
         return {}
     variants = {"pacer": preverifier, "pacer-b1": _with_config(preverifier, block_size=1)}
     for name in list(variants):
-        variants[f"{name}@sampling"] = _with_config(variants[name], trim_failed_block=False)
+        base = variants[name] if sampling is None else sampling if name == "pacer" else _with_config(sampling, block_size=1)
+        variants[f"{name}@sampling"] = _with_config(base, trim_failed_block=False)
     return variants
 
 
@@ -294,8 +299,11 @@ def run_benchmark(
     costs: CostModel | None = None,
     progress: bool = True,
     call_hook: Callable[[Strategy, CallResult], None] | None = None,
+    sampling_preverifier: PacerPreVerifier | None = None,
 ) -> BenchResult:
     """Run every strategy on every prompt, interleaved, `config.runs` times; return aggregated records.
+
+    Pacer's sampling runs use `sampling_preverifier` (one trained for sampled rounds) when given, else `preverifier`.
 
     Raises BenchmarkMismatch when a greedy output differs from `ar`'s in the same run. `costs` (measured
     when None) is the cost model of the oracle and of the modelled speedups. `call_hook` sees every
@@ -315,7 +323,7 @@ def run_benchmark(
     oracle_gamma = max(8, preverifier.config.max_draft_tokens if preverifier is not None else 0)
     strategies = resolve_strategies(names, preverifier is not None, oracle_gamma, has_draft=draft is not None)
     running = [s for s in strategies if s.runs]
-    preverifiers = preverifier_variants(preverifier)
+    preverifiers = preverifier_variants(preverifier, sampling_preverifier)
     if not any(prompts.values()):
         raise ValueError("No prompts to run.")
     if costs is None:
@@ -324,7 +332,7 @@ def run_benchmark(
         max_gamma = max([s.gamma or 0 for s in strategies] + [16])
         costs = measure_costs(target, draft, context=min(128, config.prompt_tokens), max_k=max_gamma,
                               repeats=config.cost_repeats, progress=progress)
-    attached = draft.__dict__.get("_pacer_preverifier") if draft is not None else None
+    attached = {slot: draft.__dict__.get(slot) for slot in ATTACHED_SLOTS} if draft is not None else {}
     counter = ForwardCounter(target, draft)
     pools = PoolIsolation(target, draft)
     calls: list[dict] = []
@@ -366,10 +374,11 @@ def run_benchmark(
         bar.close()
     finally:
         counter.close()
-        if draft is not None:  # the draft leaves with the pre-verifier it came with, if any
-            draft.__dict__.pop("_pacer_preverifier", None)
-            if attached is not None:
-                pacer_hf.attach(draft, attached)
+        if draft is not None:  # the draft leaves with the pre-verifiers it came with, if any
+            for slot, module in attached.items():
+                draft.__dict__.pop(slot, None)
+                if module is not None:
+                    draft.__dict__[slot] = module
     records = aggregate(calls, strategies, costs, config)
     meta = {"bench_schema": SCHEMA, "machine": machine_info(threads), "config": asdict(config),
             "strategies": [s.name for s in strategies],

@@ -232,12 +232,22 @@ def render_preverifier_card(
         target_model=f"`{target}`" if target else "not recorded",
         draft_signature=_format_value(signature) if signature else "not recorded",
         num_parameters=num_parameters,
+        decoding=DECODING_LINES.get(config.get("decoding"), DECODING_LINES[None]),
         training_section=_training_section(config, metrics, datasets),
         calibration_table=_settings_table(_calibration_rows(config, calibration, hardware)),
         simulated_section=_simulated_section(calibration),
         speedup_section=_speedup_section(metrics, hardware),
     )
     return str(card)
+
+
+DECODING_LINES = {
+    "greedy": "greedy (trained on greedy rounds; `pacer_hf.attach` serves greedy calls with it)",
+    "sampling": "sampling (trained on sampled rounds with soft labels min(1, p/q); `pacer_hf.attach` serves "
+                "`do_sample=True` calls with it)",
+    None: "not recorded (`pacer_hf.attach` serves greedy calls with it, and sampled ones when no pre-verifier for "
+          "sampling is attached)",
+}
 
 
 def _numel(shape: list[int]) -> int:

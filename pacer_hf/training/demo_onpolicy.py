@@ -320,15 +320,10 @@ def stage_preverifier(args: argparse.Namespace, work: Path) -> None:
     (`collect_along_answers`; held-out answers apart), `train_preverifier` (Trainer), then costs measured on this
     machine and the stop rule chosen on the held-out traces (`calibrate_preverifier`); written to
     OUT/demo-preverifier with its card. Each step is skipped when its result exists."""
-
-    from ..generation import load_preverifier
-    from ..hub.publish import build_preverifier_repo
-    from .calibrate import calibrate_preverifier, format_table, measure_costs, measure_loop_costs
-    from .collect import load_traces, read_manifest
+    from .collect import read_manifest
     from .collect_answers import collect_along_answers
     from .smollm2_draft import RESPONSES
     from .smollm2_draft_train import read_records
-    from .train import split_by_text, train_preverifier
 
     folder = work / WORK_SUBDIR
     out = Path(args.out)
@@ -343,7 +338,50 @@ def stage_preverifier(args: argparse.Namespace, work: Path) -> None:
                                   source=f"{folder / RESPONSES} ({split})", draft_name=str(out / "demo-draft"),
                                   target_name=str(out / "demo-target"), overwrite=True)
         traces[split] = path
-    trained = folder / "preverifier"
+    _train_and_ship(args, target, draft, traces, folder / "preverifier", out / "demo-preverifier", (
+        "python-stdlib (local; the demo target's greedy answers to TRAIN-split prompts, decoded round by round "
+        "with the fitted demo draft, see docs/DEMO_PAIR.md)"))
+
+
+def stage_preverifier_sampling(args: argparse.Namespace, work: Path) -> None:
+    """The same for sampling (T = 1): rounds of the fitted draft sampled at positions of the target's T = 1 answers
+    and their prompts, each drafted token labelled with its acceptance probability min(1, p/q) by one batched target
+    forward (`collect`, soft labels), Trainer, costs and the stop rule as above; written to
+    OUT/demo-preverifier-sampling (`config.decoding == "sampling"`). A pre-verifier trained on greedy rounds
+    predicts greedy agreement, which a sampled token rarely has though the target often accepts it."""
+    from .collect import CollectConfig, collect
+    from .smollm2_draft import SAMPLED_RESPONSES
+    from .smollm2_draft_train import read_records
+
+    folder = work / WORK_SUBDIR
+    out = Path(args.out)
+    target, draft, _ = load_demo_pair(out)
+    records = [r for r in read_records(folder / SAMPLED_RESPONSES) if r["response"]]
+    config = CollectConfig(max_draft_tokens=args.preverifier_max_tokens, temperature=1.0, positions_per_text=8,
+                           min_prefix=16, context=256, batch_size=32, shard_size=256, seed=args.seed)
+    heldout = [r for r in records if r["heldout"]] or records[::10]  # a smoke build may sample no held-out prompt
+    held = {id(r) for r in heldout}
+    traces = {}
+    for split, chosen in (("train", [r for r in records if id(r) not in held]), ("heldout", heldout)):
+        rows = [r["prompt"] + r["response"] for r in chosen]
+        traces[split] = collect(target, draft, folder / f"traces-sampled-{split}", token_ids=rows, config=config,
+                                source=f"{folder / SAMPLED_RESPONSES} ({split})", draft_name=str(out / "demo-draft"),
+                                target_name=str(out / "demo-target"))
+    _train_and_ship(args, target, draft, traces, folder / "preverifier-sampling", out / "demo-preverifier-sampling", (
+        "python-stdlib (local; rounds of the fitted demo draft sampled at T = 1 inside the demo target's T = 1 "
+        "answers to TRAIN-split prompts, labelled by the target, see docs/DEMO_PAIR.md)"))
+
+
+def _train_and_ship(args: argparse.Namespace, target, draft, traces: dict, trained: Path, shipped: Path,
+                    dataset: str) -> None:
+    """Trainer on traces["train"], costs measured here (1 thread, as the demo and the benchmark run), the rule
+    chosen on half of the held-out answers and reported on the other half; the Hub folder with its card."""
+    from ..generation import load_preverifier
+    from ..hub.publish import build_preverifier_repo
+    from .calibrate import calibrate_preverifier, format_table, measure_costs, measure_loop_costs
+    from .collect import load_traces
+    from .train import split_by_text, train_preverifier
+
     if not (trained / "model.safetensors").is_file():
         train_preverifier(str(traces["train"]), trained, eval_data=str(traces["heldout"]), epochs=args.preverifier_epochs,
                           seed=args.seed)
@@ -364,8 +402,7 @@ def stage_preverifier(args: argparse.Namespace, work: Path) -> None:
     report = calibrate_preverifier(preverifier, choose, costs, measured=measured, report_traces=report_on)
     print(format_table(report), flush=True)
     preverifier.config.draft_model, preverifier.config.target_model = "hub_cards/demo-draft", "hub_cards/demo-target"
-    preverifier.save_pretrained(folder / "preverifier-calibrated")
-    build_preverifier_repo(folder / "preverifier-calibrated", out / "demo-preverifier", datasets=[
-        "python-stdlib (local; the demo target's greedy answers to TRAIN-split prompts, decoded round by round "
-        "with the fitted demo draft, see docs/DEMO_PAIR.md)"])
-    print(f"[onpolicy] wrote {out / 'demo-preverifier'}", flush=True)
+    calibrated = trained.parent / f"{trained.name}-calibrated"
+    preverifier.save_pretrained(calibrated)
+    build_preverifier_repo(calibrated, shipped, datasets=[dataset])
+    print(f"[onpolicy] wrote {shipped}", flush=True)

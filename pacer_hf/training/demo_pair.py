@@ -16,6 +16,7 @@ Stages (`--stage all` runs them in order):
                `demo_onpolicy`), measured and shipped with its card in place of the exported draft
   preverifier  a pre-verifier for that draft: traces along the target's answers with the loop's state,
                Trainer, costs measured here and the stop rule calibrated; shipped with its card
+  preverifier-sampling  the same for sampling (T = 1): sampled rounds labelled by the target (soft labels)
 Independent stages (target-base | draft, then target | distill) may run as two processes at once.
 
 Modules: this one (shapes, training stages, the command), `demo_data` (corpus, split, tokenizer, token
@@ -330,9 +331,18 @@ def stage_preverifier(args, work):
     build(args, work)
 
 
+def stage_preverifier_sampling(args, work):
+    from .demo_onpolicy import stage_preverifier_sampling as build
+
+    if args.onpolicy_train_minutes <= 0:
+        print("[preverifier-sampling] skipped (it is built for the fitted draft; --onpolicy-train-minutes 0)")
+        return
+    build(args, work)
+
+
 STAGES = {"tokenizer": stage_tokenizer, "data": stage_data, "target-base": stage_target_base, "draft": stage_draft,
           "target": stage_target, "distill": stage_distill, "export": stage_export, "onpolicy": stage_onpolicy,
-          "preverifier": stage_preverifier}
+          "preverifier": stage_preverifier, "preverifier-sampling": stage_preverifier_sampling}
 TINY = {"target_base": "2x64", "target": "4x64", "draft": "1x32", "vocab_size": 512, "measure_vocab": [],
         "seq_len": 64, "batch_size": 4, "eval_tokens": 2048, "eval_prompts": 1, "eval_new_tokens": 8,
         "onpolicy_prompts": 12, "onpolicy_new_tokens": 8, "onpolicy_eval_prompts": 2, "preverifier_epochs": 1}

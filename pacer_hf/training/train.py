@@ -181,7 +181,8 @@ def build_preverifier(manifest: dict, init_from: str | None = None, **overrides)
         config = PacerConfig(draft_hidden_size=manifest["draft_hidden_size"], draft_model=manifest["draft_model"],
                              target_model=manifest["target_model"], draft_signature=manifest["draft_signature"],
                              max_draft_tokens=max(steps, overrides.pop("max_draft_tokens", None) or steps),
-                             loop_features=manifest.get("loop_features", False) if loop is None else loop, **overrides)
+                             loop_features=manifest.get("loop_features", False) if loop is None else loop,
+                             decoding=overrides.pop("decoding", None) or manifest.get("label_kind"), **overrides)
         return PacerPreVerifier(config)
     from ..generation import load_preverifier
 

@@ -76,7 +76,7 @@ def _load_gate(vllm_config) -> PacerLookupGate:
     extra = getattr(vllm_config, "additional_config", None) or {}
     source = os.environ.get(GATE_ENV) or (extra.get("pacer_hf", {}) if isinstance(extra, dict) else {}).get("gate")
     if source is None:
-        from ..generation import default_lookup_gate
+        from ..attached import default_lookup_gate
 
         return default_lookup_gate()
     where = f"(from ${GATE_ENV} or additional_config['pacer_hf']['gate'])"

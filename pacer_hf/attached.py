@@ -1,0 +1,70 @@
+"""What `pacer_hf.attach` hangs on a model, and how `generate(pacer=True)` finds it again.
+
+A draft holds one pre-verifier per decoding mode (`PacerConfig.decoding`): a pre-verifier calibrated on greedy
+rounds predicts greedy agreement, which a sampled token rarely has though the target often accepts it, so
+sampled calls want one trained on sampled rounds. A target holds one lookup gate; without it, lookup gated by
+Pacer uses the default gate shipped in the package.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from transformers import PreTrainedModel
+
+from ._paths import hub_cards_dir
+from .modeling_lookup_gate import PacerLookupGate
+from .modeling_pacer import PacerPreVerifier
+
+_GREEDY_SLOT, _SAMPLING_SLOT = "_pacer_preverifier", "_pacer_preverifier_sampling"
+ATTACHED_SLOTS = (_GREEDY_SLOT, _SAMPLING_SLOT)
+DEFAULT_LOOKUP_GATE = "default-lookup-gate"  # folder under hub_cards/ (pacer_hf/hub_cards/ in the wheel)
+
+
+def attach(model: PreTrainedModel, module: PacerPreVerifier | PacerLookupGate) -> PreTrainedModel:
+    """Attach a pre-verifier to its draft (`generate(assistant_model=draft, pacer=True)` uses it) or a lookup
+    gate to its target (`generate(prompt_lookup_num_tokens=N, pacer=True)` uses it). Returns `model`.
+
+    A draft holds one pre-verifier per decoding mode: one trained for sampling (`config.decoding == "sampling"`)
+    serves `do_sample=True` calls, any other serves greedy ones; each mode falls back on the other's."""
+    # object.__setattr__: a plain attribute, not a registered submodule (the model's state_dict, parameters
+    # and save_pretrained stay its own)
+    if isinstance(module, PacerPreVerifier):
+        module.check_draft(model)
+        sampling = getattr(module.config, "decoding", None) == "sampling"
+        object.__setattr__(model, _SAMPLING_SLOT if sampling else _GREEDY_SLOT, module)
+    elif isinstance(module, PacerLookupGate):
+        object.__setattr__(model, "_pacer_lookup_gate", module)
+    else:
+        raise TypeError(f"attach() takes a PacerPreVerifier or a PacerLookupGate, got {type(module).__name__}.")
+    return model
+
+
+@functools.cache
+def default_lookup_gate() -> PacerLookupGate:
+    """The lookup gate shipped inside pacer_hf (`hub_cards/default-lookup-gate`), trained on the answers of several
+    targets with different tokenizers: `generate(prompt_lookup_num_tokens=N, pacer=True)` uses it on any causal LM
+    without a gate of its own. Loaded once per process, on CPU (an MLP over at most N rows)."""
+    folder = hub_cards_dir() / DEFAULT_LOOKUP_GATE
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"pacer_hf's default lookup gate is not installed here ({folder} is missing): pass "
+                         "pacer=<PacerLookupGate, folder or Hub id>, or pacer_hf.attach(target, gate).")
+    return PacerLookupGate.from_pretrained(folder).eval()
+
+
+def attached_preverifier(draft: PreTrainedModel, do_sample: bool) -> PacerPreVerifier | None:
+    """The pre-verifier attached to `draft` for this decoding mode, else the other mode's, else None."""
+    slots = (_SAMPLING_SLOT, _GREEDY_SLOT) if do_sample else (_GREEDY_SLOT, _SAMPLING_SLOT)
+    return next((draft.__dict__[slot] for slot in slots if draft.__dict__.get(slot) is not None), None)
+
+
+def require_attached(draft: PreTrainedModel, config, do_sample: bool) -> PacerPreVerifier:
+    """`attached_preverifier`, or an error saying how to attach one (`config`: the strategy that needs it)."""
+    attached = attached_preverifier(draft, do_sample)
+    if attached is None:
+        raise ValueError(
+            f"{type(config).__name__}(use_preverifier=True) uses the pre-verifier attached to the draft, and this "
+            "draft has none: call pacer_hf.attach(draft, preverifier) first, or pass pacer=<PacerPreVerifier, "
+            "folder or Hub id> for Pacer alone."
+        )
+    return attached
