@@ -212,6 +212,19 @@ def test_cli_end_to_end_with_a_tiny_tokenizer(tmp_path, capsys):
     assert main(argv) == 2  # the second run refuses to overwrite
     assert "--overwrite" in capsys.readouterr().err
 
+    # Pacer's sampling runs read --sampling-preverifier, which needs --preverifier for the greedy ones
+    for name, decoding in (("pv", "greedy"), ("pv-sampling", "sampling")):
+        make_preverifier(draft, max_draft_tokens=4, decoding=decoding).save_pretrained(tmp_path / name)
+    argv = [*argv[:argv.index("--strategies")], "--strategies", "ar,sd-fixed-2", *argv[argv.index("--prompts"):]]
+    argv[argv.index("--temperatures") + 1] = "1"
+    sampling = ["--sampling-preverifier", str(tmp_path / "pv-sampling"), "--overwrite"]
+    assert main([*argv, *sampling]) == 2
+    assert "--sampling-preverifier serves Pacer's sampling runs" in capsys.readouterr().err
+    argv[argv.index("--strategies") + 1] = "ar,sd-fixed-2,pacer"
+    assert main([*argv, *sampling, "--preverifier", str(tmp_path / "pv")]) == 0
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["pair"]["sampling_preverifier"] == str(tmp_path / "pv-sampling")
+
 
 def test_prompt_lookup_without_a_draft(models, tmp_path):
     """No draft: HF's prompt lookup swept, pacer_hf's lookup-<N>, Pacer-gated lookup (the gate attached to the

@@ -308,6 +308,11 @@ def test_stdlib_pair_loads_the_shipped_pair():
     assert (pair.preverifier is not None) == shipped
     if shipped:
         pair.preverifier.check_draft(pair.draft)
+    sampling = (hub_cards_dir() / "demo-preverifier-sampling" / "config.json").is_file()
+    assert (pair.sampling_preverifier is not None) == (shipped and sampling)
+    if pair.sampling_preverifier is not None:
+        pair.sampling_preverifier.check_draft(pair.draft)
+        assert pair.sampling_preverifier.config.decoding == "sampling" and pair.preverifier.config.decoding == "greedy"
 
 
 def test_unknown_pair_and_wrong_arguments_are_refused(tmp_path):
