@@ -267,3 +267,29 @@ def test_stopping_criteria_call_form_matches_add_token(pair):
         assert bool(stopped[0]) == by_add.add_token(hidden, logits, ids[:, -1:])
         answers.add(bool(stopped[0]))
     assert answers == {True, False}, "the untrained pre-verifier should both stop and continue"
+
+
+def test_compiled_kernels_import_where_numba_cannot_cache():
+    """A read-only install without a writable home: numba finds no cache location, the kernels compile uncached."""
+    import os
+    import subprocess
+    import sys
+
+    import numba
+
+    if not hasattr(numba.config, "CACHE_LOCATOR_CLASSES"):
+        pytest.skip("this numba cannot be told which cache locators to use")
+    code = """
+import torch
+from pacer_hf import PacerConfig, PacerPreVerifier
+from pacer_hf.loops import preverifier_kernel
+assert type(preverifier_kernel._score._cache).__name__ == "NullCache", type(preverifier_kernel._score._cache)
+scorer = preverifier_kernel.round_scorer(PacerPreVerifier(PacerConfig(draft_hidden_size=8)))
+scorer.start()
+print(scorer.add(torch.randn(8), torch.randn(40), 3))
+"""
+    # a locator that finds nothing for a plain source file stands in for "nowhere writable"
+    env = {**os.environ, "NUMBA_CACHE_LOCATOR_CLASSES": "ZipCacheLocator"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert math.isfinite(float(result.stdout.strip().splitlines()[-1]))

@@ -19,6 +19,21 @@ from numba import njit
 
 from ..modeling_pacer import PacerPreVerifier
 
+
+def compiled(**options):
+    """`numba.njit(cache=True, **options)` where numba finds a place for its cache (next to the source, else the
+    user's cache folder), plain `njit` where it finds none (a read-only install without a writable home): there
+    the functions compile once per process instead of failing to import."""
+
+    def decorate(function):
+        try:
+            return njit(cache=True, **options)(function)
+        except RuntimeError:  # "cannot cache function ...: no locator available"
+            return njit(**options)(function)
+
+    return decorate
+
+
 _NO_WEIGHTS = np.zeros((0, 0), dtype=np.float32)
 _NO_BIAS = np.zeros(0, dtype=np.float32)
 
@@ -29,7 +44,7 @@ _EXP2_POLY = (0.6931472, 0.2402265, 0.05550411, 0.009618129, 0.001333355, 0.0001
 _POWERS_OF_TWO = np.array([2.0**k for k in range(-127, 1)], dtype=np.float32)  # 2^k, k = -127..0
 
 
-@njit(cache=True, fastmath=_VECTOR_MATH)
+@compiled(fastmath=_VECTOR_MATH)
 def _features(logits, token, out, powers):
     """draft_features: (log p(token) clamped at -30, entropy, p1 - p2) of raw `logits`, into `out`.
 
@@ -61,13 +76,13 @@ def _features(logits, token, out, powers):
     out[2] = (1.0 - math.exp(top2 - top1)) / total
 
 
-@njit(cache=True)
+@compiled()
 def _normalized(x, eps):
     centered = x - x.sum() / x.shape[0]
     return centered / math.sqrt((centered * centered).sum() / x.shape[0] + eps)
 
 
-@njit(cache=True)
+@compiled()
 def _affine(x, weight, bias, out):
     """out += x @ weight + bias, `weight` (in, out) row-major: loops, so numba needs no BLAS (SciPy)."""
     out += bias
@@ -78,7 +93,7 @@ def _affine(x, weight, bias, out):
     return out
 
 
-@njit(cache=True)
+@compiled()
 def _round_rows(position, state, weight, bias, out):
     """out = position + (state @ weight + bias): every position's input bias for a round that starts in `state`."""
     row = _affine(state, weight, bias, np.zeros(bias.shape[0], dtype=np.float32))
@@ -87,7 +102,7 @@ def _round_rows(position, state, weight, bias, out):
     return out
 
 
-@njit(cache=True)
+@compiled()
 def _score(logits, powers, token, hidden, row, hidden_w, hidden_b, feature_w, feature_b, qkv_w, qkv_b, out_w, out_b,
            mlp_in_w, mlp_in_b, mlp_out_w, mlp_out_b, head_w, head_b, eps, keys, values, n, scale, features):
     """The acceptance logit of the round's token n; writes its keys/values at n and its features into `features`."""

@@ -3,7 +3,7 @@
 The numpy reference (`find_lookup`, `feature_rows`, `GateScorer` in modeling_lookup_gate.py) is a few dozen
 small array operations per row; between two forward passes the interpreter and numpy run from cold caches
 and those cost ≈ 0.2 ms a row, several percent of a small model's step. This is the same computation
-compiled with numba (a dependency of vLLM), equal to the reference (tests/test_vllm_proposer.py), so the
+compiled with numba (`loops.preverifier_kernel.compiled`), equal to the reference (tests/test_vllm_proposer.py), so the
 proposer stays under a percent or two of a step.
 """
 
@@ -13,20 +13,15 @@ import math
 
 import numpy as np
 
-try:
-    from numba import njit
-except ImportError as error:  # vLLM depends on numba; only a bare environment lacks it
-    raise ImportError("pacer_hf.vllm needs numba (vLLM installs it): pip install \"pacer-hf[vllm]\" or pip install "
-                      "numba.") from error
-
 from ..configuration_lookup_gate import NUM_LOOKUP_FEATURES
+from ..loops.preverifier_kernel import compiled
 from ..modeling_lookup_gate import MAX_MATCH_LENGTH, MAX_OCCURRENCES, GateScorer
 from .calibration import MAX_LOGIT as MAX_CALIBRATED_LOGIT
 
 MAX_LOGIT = math.log((1 - 1e-6) / 1e-6)  # the gate's log-odds stop where its probabilities reach 1e-6 and 1 - 1e-6
 
 
-@njit(cache=True)
+@compiled()
 def _gelu(x):
     z = abs(x) * (1.0 / math.sqrt(2.0))
     t = 1.0 / (1.0 + 0.3275911 * z)
@@ -35,7 +30,7 @@ def _gelu(x):
     return 0.5 * x * (1.0 + (erf if x >= 0 else -erf))
 
 
-@njit(cache=True)
+@compiled()
 def _match(ids, length, max_tokens, max_ngram, hits):
     """find_lookup's choice for ids[:length]: (start, ngram, match length, occurrences); start -1 without one."""
     for n in range(min(max_ngram, length - 1), 0, -1):
@@ -71,7 +66,7 @@ def _match(ids, length, max_tokens, max_ngram, hits):
     return -1, 0, 0, 0
 
 
-@njit(cache=True)
+@compiled()
 def lookup_logits(token_ids, lengths, rows, rooms, prompt_lengths, max_ngram, feature_tokens, confidence, w1, b1, w2,
                   b2, w3, b3, out_tokens, out_counts, out_logits):
     """For each row r in `rows` (with room[r] > 0): the lookup proposal (out_tokens[r, :out_counts[r]]) and the
@@ -171,7 +166,7 @@ class CompiledGate:
         self.choose(self.counts[:1], 1.0, 0.0, np.arange(64, dtype=np.float64), 1)
 
 
-@njit(cache=True)
+@compiled()
 def best_prefixes(values, owner, curve, rows, out_counts):
     """The step's best drafts, for the most expected tokens per second of the whole step: out_counts[r] drafts for
     row r. Candidate i has survival -values[i] (the chance the target accepts its row's tokens up to it) and row
@@ -194,7 +189,7 @@ def best_prefixes(values, owner, curve, rows, out_counts):
         out_counts[owner[order[i]]] += 1
 
 
-@njit(cache=True)
+@compiled()
 def choose_counts(logits, available, scale, shift, curve, rows, out_counts):
     """`best_prefixes` over the calibrated survival of every row's first available[r] scored tokens."""
     width = logits.shape[1]
