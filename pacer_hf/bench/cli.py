@@ -196,6 +196,7 @@ def _run(args: argparse.Namespace, report) -> int:
         if args.target or args.draft or args.tokenizer:
             raise ValueError("Pass either --pair or --target/--draft/--tokenizer, not both.")
         target_path = draft_path = f"pair:{args.pair}"
+        sampling_path = args.sampling_preverifier  # else the pair's own, known once it is loaded
         preverifier_path = args.preverifier or (f"pair:{args.pair}" if args.pair != "smollm2" or
                                                 (hub_cards_dir() / "smollm2-preverifier").is_dir() else None)
     elif args.target is None and args.draft is None:
@@ -205,12 +206,13 @@ def _run(args: argparse.Namespace, report) -> int:
                              "--draft (and --tokenizer if the target folder has none).")
         target_path, draft_path = str(DEMO["target"]), str(DEMO["draft"])
         preverifier_path = args.preverifier or (str(DEMO["preverifier"]) if DEMO["preverifier"].is_dir() else None)
-        if not args.preverifier and not args.sampling_preverifier and DEMO["preverifier-sampling"].is_dir():
-            args.sampling_preverifier = str(DEMO["preverifier-sampling"])
+        sampling_path = args.sampling_preverifier or (  # the demo pair's own goes with its own pre-verifier
+            str(DEMO["preverifier-sampling"]) if not args.preverifier and DEMO["preverifier-sampling"].is_dir() else None)
     elif args.target is None or args.draft is None:
         raise ValueError("Pass both --target and --draft (or neither, for the demo pair).")
     else:
         target_path, draft_path, preverifier_path = args.target, args.draft, args.preverifier
+        sampling_path = args.sampling_preverifier
     strategies = _split(args.strategies)
     has_preverifier = preverifier_path is not None
     has_draft = args.pair != "smollm2" or (hub_cards_dir() / "smollm2-draft").is_dir()
@@ -240,13 +242,14 @@ def _run(args: argparse.Namespace, report) -> int:
     if args.pair is not None:
         target, draft, tokenizer, preverifier, sampling = _load_named_pair(args)
         target_path, draft_path = target.name_or_path, (draft.name_or_path if draft is not None else None)
+        sampling_path = sampling_path or (f"pair:{args.pair}" if sampling is not None else None)
     else:
         target = load_causal_lm(target_path, args.dtype)
         draft = load_causal_lm(draft_path, args.dtype)
         tokenizer = load_tokenizer(args.tokenizer or target_path)
         check_pair(target, draft, tokenizer)
         preverifier = pacer_hf.load_preverifier(preverifier_path).to(draft.dtype) if preverifier_path else None
-        sampling = pacer_hf.load_preverifier(args.sampling_preverifier).to(draft.dtype) if args.sampling_preverifier else None
+        sampling = pacer_hf.load_preverifier(sampling_path).to(draft.dtype) if sampling_path else None
     if sampling is not None and preverifier is None:
         raise ValueError("--sampling-preverifier serves Pacer's sampling runs next to a pre-verifier for greedy ones: "
                          "pass --preverifier too.")
@@ -287,8 +290,7 @@ def _run(args: argparse.Namespace, report) -> int:
         return 1
     result.meta.update(command=_command(args), heldout_origin=origin,
                        pair={"target": target_path, "draft": draft_path, "preverifier": preverifier_path,
-                             "sampling_preverifier": args.sampling_preverifier if sampling is not None and
-                             args.sampling_preverifier else ("pair" if sampling is not None else None),
+                             "sampling_preverifier": sampling_path,
                              "lookup_gate": args.lookup_gate},
                        dtype=str(torch.tensor([], dtype=target.dtype).dtype))
     written = report.write_outputs(result, args.out, overwrite=args.overwrite, plots=not args.no_plots)

@@ -283,10 +283,13 @@ def preverifier_variants(preverifier: PacerPreVerifier | None,
     """
     if preverifier is None:
         return {}
-    variants = {"pacer": preverifier, "pacer-b1": _with_config(preverifier, block_size=1)}
-    for name in list(variants):
-        base = variants[name] if sampling is None else sampling if name == "pacer" else _with_config(sampling, block_size=1)
-        variants[f"{name}@sampling"] = _with_config(base, trim_failed_block=False)
+
+    def named(module: PacerPreVerifier) -> dict[str, PacerPreVerifier]:
+        return {"pacer": module, "pacer-b1": _with_config(module, block_size=1)}
+
+    variants = named(preverifier)
+    for name, module in named(sampling if sampling is not None else preverifier).items():
+        variants[f"{name}@sampling"] = _with_config(module, trim_failed_block=False)
     return variants
 
 

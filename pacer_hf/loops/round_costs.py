@@ -64,10 +64,11 @@ def check_cost_mode(value) -> str | list[float]:
 
 class RoundCosts:
     """Seconds of a round proposing k = 0..K tokens: `probe[k]` from the probe (or a given table), refined by
-    `observe(k, seconds)`. From `MIN_ROUNDS` observed rounds on (refitted every `REFIT_EVERY`), seconds(k) = a * probe[k] + b with a > 0, b >= 0
-    fitted (least squares, weighted by rounds) to the medians of the observed rounds per length: the probe's
-    shape, the rounds' scale, and b for the per-round work a bare forward does not include. Decisions compare
-    rates across lengths, so only the curve's shape and that offset matter."""
+    `observe(k, seconds)`. From `MIN_ROUNDS` observed rounds on (refitted every `REFIT_EVERY`),
+    seconds(k) = a * probe[k] + b with a > 0, b >= 0 fitted (least squares, weighted by rounds) to the medians of
+    the observed rounds per length: the probe's shape, the rounds' scale, and b for the per-round work a bare
+    forward does not include. Decisions compare rates across lengths, so only the curve's shape and that offset
+    matter."""
 
     def __init__(self, probe: list[float], source: str, describe: dict | None = None, probe_seconds: float = 0.0,
                  online: bool = True):
@@ -80,22 +81,22 @@ class RoundCosts:
         self.online = online
         self.samples: deque = deque(maxlen=WINDOW)
         self.fit = (1.0, 0.0)
-        self.unfitted = 0  # rounds observed since the last fit
+        self.observed = 0  # rounds observed in all (the window keeps the latest)
+        self.refit_at = MIN_ROUNDS  # the observed count at which the next fit is due
         self._seconds: list[float] | None = None
 
     def observe(self, k: int, seconds: float) -> None:
         if self.online and 0 <= k < len(self.probe) and seconds > 0:
             self.samples.append((k, seconds))
-            self.unfitted += 1
-            fitted = len(self.samples) - self.unfitted >= MIN_ROUNDS
-            if len(self.samples) >= MIN_ROUNDS and (not fitted or self.unfitted >= REFIT_EVERY):
+            self.observed += 1
+            if self.observed >= self.refit_at:
+                self.refit_at = self.observed + REFIT_EVERY
                 self._seconds = None
 
     def seconds(self) -> list[float]:
-        """The current estimate per k (refitted when `observe` says enough new rounds came in)."""
+        """The current estimate per k (refitted lazily once `observe` has made a fit due)."""
         if self._seconds is None:
             self.fit = fit_probe(self.probe, self.samples) if len(self.samples) >= MIN_ROUNDS else (1.0, 0.0)
-            self.unfitted = 0 if len(self.samples) >= MIN_ROUNDS else self.unfitted
             scale, offset = self.fit
             self._seconds = [scale * v + offset for v in self.probe]
         return self._seconds

@@ -322,22 +322,22 @@ def stage_onpolicy(args, work):
     fit(args, work)
 
 
-def stage_preverifier(args, work):
-    from .demo_onpolicy import stage_preverifier as build
+def _for_the_fitted_draft(name: str):
+    """A stage of `demo_onpolicy` that builds on the fitted draft: skipped when the onpolicy stage does not fit one."""
 
-    if args.onpolicy_train_minutes <= 0:
-        print("[preverifier] skipped (it is built for the fitted draft; --onpolicy-train-minutes 0)")
-        return
-    build(args, work)
+    def stage(args, work):
+        from . import demo_onpolicy
+
+        if args.onpolicy_train_minutes <= 0:
+            print(f"[{name}] skipped (it is built for the fitted draft; --onpolicy-train-minutes 0)")
+            return
+        getattr(demo_onpolicy, f"stage_{name.replace('-', '_')}")(args, work)
+
+    return stage
 
 
-def stage_preverifier_sampling(args, work):
-    from .demo_onpolicy import stage_preverifier_sampling as build
-
-    if args.onpolicy_train_minutes <= 0:
-        print("[preverifier-sampling] skipped (it is built for the fitted draft; --onpolicy-train-minutes 0)")
-        return
-    build(args, work)
+stage_preverifier = _for_the_fitted_draft("preverifier")
+stage_preverifier_sampling = _for_the_fitted_draft("preverifier-sampling")
 
 
 STAGES = {"tokenizer": stage_tokenizer, "data": stage_data, "target-base": stage_target_base, "draft": stage_draft,
