@@ -2,8 +2,8 @@
 
     python examples/pearl_overlap.py                      # synthetic 8x512 target + 1-layer draft
     python examples/pearl_overlap.py --pair demo          # the shipped demo pair, HumanEval prompts
-    python examples/pearl_overlap.py --pair tiny          # the trained pair in /work/tiny (if present)
-    python examples/pearl_overlap.py --pair tiny --pacer-pearl --pv /work/tiny/runs/pv
+    python examples/pearl_overlap.py --pair tiny          # the tiny pair in runs/tiny (scripts/train_tiny_pair.py builds it)
+    python examples/pearl_overlap.py --pair tiny --pacer-pearl --pv runs/tiny/runs/pv
     python examples/pearl_overlap.py --repeats 5 --gammas 3,auto --out docs/pearl_overlap.json
 
 Methods, interleaved per repeat (rotating order), greedy, same prompts: the target alone,
@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--residual-scale", type=float, default=0.05)
-    parser.add_argument("--tiny-root", type=Path, default=Path("/work/tiny"))
+    parser.add_argument("--tiny-root", type=Path, default=Path("runs/tiny"))
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)

@@ -1,7 +1,7 @@
 """Quick τ check: sd-fixed-γ vs ouroboros (cold and warm pool) on held-out source files.
 
-    python scripts/ouroboros_tau.py --target /work/tiny/target --draft /work/tiny/draft \
-        --files /work/tiny/heldout.txt --prompts 6 --prompt-tokens 128 --new-tokens 96
+    python scripts/ouroboros_tau.py --target runs/tiny/target --draft runs/tiny/draft \
+        --files runs/tiny/heldout.txt --prompts 6 --prompt-tokens 128 --new-tokens 96
 
 Greedy by default (every strategy's output is checked against sd-fixed, all are exact, so a mismatch
 aborts), or sampling with --temperature. CPU, one thread. τ = new tokens / target forwards (docs/ALGORITHM.md §5).

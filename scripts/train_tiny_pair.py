@@ -1,7 +1,7 @@
 """Train a tiny (target, draft) Llama pair on Python stdlib source, for validating the training pipeline.
 
 Not the demo pair (pacer_hf/training/demo_pair.py): a few CPU minutes, so acceptance is non-trivial but small.
-    python scripts/train_tiny_pair.py --out /work/tiny --minutes 3
+    python scripts/train_tiny_pair.py --out runs/tiny --minutes 3
 Writes OUT/tokenizer, OUT/target, OUT/draft and OUT/heldout.txt (held-out stdlib files, one per line).
 """
 
@@ -22,7 +22,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="/work/tiny")
+    parser.add_argument("--out", default="runs/tiny")
     parser.add_argument("--minutes", type=float, default=3.0, help="per model")
     parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--seq", type=int, default=128)

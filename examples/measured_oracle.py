@@ -1,0 +1,142 @@
+"""The stop-rule ceiling, measured: a perfect pre-verifier inside generate against fixed γ and Pacer.
+
+    python examples/measured_oracle.py --prompts 8 --runs 1 --out oracle.json
+
+The benchmark's `oracle` row is modelled (a cost model applied to replayed rounds). This runs it: a stop
+criterion that knows the target's greedy continuation (decoded once, untimed, before the timed runs) ends
+each round at the first drafted token the target will reject. "oracle-trim" drops that token (the round
+verifies exactly the accepted tokens); "oracle" keeps it, as Pacer's stop-only rule does (the stopping
+token is drafted and verified). Both still pay every draft forward up to and including the rejected token
+and nothing for a pre-verifier, so they bound what any stop rule can gain on this machine. Settings run
+interleaved per prompt (`pacer_hf.training.validate.compare_in_generate`); every output must equal the target's.
+Prints tokens/s and speed over the target alone per category, each over the best fixed γ, and the share of
+the oracle's gain over the best fixed γ that each setting captures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+import pacer_hf
+from pacer_hf.bench.prompts import CATEGORIES, build_prompts
+from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
+from pacer_hf.pairs import load_pair
+from pacer_hf.stats import PacerStats
+from pacer_hf.strategies.registry import StrategyCall, StrategyContext
+from pacer_hf.training.validate import compare_in_generate
+
+REFERENCES: dict[tuple[int, ...], list[int]] = {}  # prompt ids -> the target's greedy output (prompt included)
+
+
+class ReferenceStop:
+    """Ends a round at the first drafted token that differs from the target's known greedy continuation."""
+
+    costs = None  # no cost model to feed
+
+    def __init__(self, trim: bool):
+        self.trim_rejected, self.reference, self.position, self.drafted, self.trim = trim, [], 0, 0, 0
+
+    def start_round(self) -> None:
+        self.drafted, self.trim = 0, 0
+
+    def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
+        at = self.position + self.drafted
+        self.drafted += 1
+        if at < len(self.reference) and int(token[0, 0]) == self.reference[at]:
+            return False
+        self.trim = int(self.trim_rejected)
+        return True
+
+    def end_round(self, *outcome) -> None:
+        pass
+
+
+class OracleGenerator(PacerCandidateGenerator):
+    """Tells the reference stop where each round starts (and, on the first, which prompt this is)."""
+
+    def get_candidates(self, input_ids: torch.LongTensor, **kwargs):
+        if self.rounds == 0:
+            self.stop.reference = REFERENCES[tuple(input_ids[0].tolist())]
+        self.stop.position = input_ids.shape[1]
+        return super().get_candidates(input_ids, **kwargs)
+
+
+@dataclass(frozen=True)
+class OracleStopConfig(pacer_hf.StrategyConfig):
+    strategy_type: ClassVar[str] = "oracle-stop"
+    gamma: int = 12
+    trim: bool = True
+    use_preverifier: bool = False
+
+    @property
+    def name(self) -> str:
+        return "oracle-trim" if self.trim else "oracle"
+
+
+def build(config: OracleStopConfig, context: StrategyContext) -> StrategyCall:
+    stats = PacerStats(strategy=config.name)
+
+    def make(generation_config, logits_processor) -> OracleGenerator:
+        return OracleGenerator(context.draft, generation_config, logits_processor, max_draft_tokens=config.gamma,
+                               stats=stats, stop=ReferenceStop(config.trim), draft_forward=context.draft_forward)
+
+    return StrategyCall(name=config.name, make=make, stats=stats)
+
+
+pacer_hf.register_strategy(OracleStopConfig, build)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preverifier", default=None, help="pre-verifier folder (default: the demo pair's)")
+    parser.add_argument("--gammas", default="5,6,7,8,10,12")
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per category")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    pair = load_pair("stdlib")
+    preverifier = (pacer_hf.PacerPreVerifier.from_pretrained(args.preverifier) if args.preverifier
+                   else pair.preverifier)
+    cap = preverifier.config.max_draft_tokens
+    prompts, _ = build_prompts(list(CATEGORIES), lambda text: pair.tokenizer(text).input_ids, args.prompts, 256,
+                               target_dir=pair.target.name_or_path)
+    settings = {f"sd-fixed-{g}": f"sd-fixed-{g}" for g in args.gammas.split(",")}
+    settings.update({"pacer": preverifier, "oracle": OracleStopConfig(cap, trim=False),
+                     "oracle-trim": OracleStopConfig(cap, trim=True)})
+    results: dict[str, dict] = {}
+    for category, chosen in prompts.items():
+        ids = [list(p.ids) for p in chosen]
+        for prompt in ids:
+            out = pair.target.generate(torch.tensor([prompt]), max_new_tokens=args.max_new_tokens, do_sample=False)
+            REFERENCES[tuple(prompt)] = out[0].tolist()
+        rows = compare_in_generate(pair.target, pair.draft, ids, settings, args.runs, args.max_new_tokens,
+                                   warmup=True)
+        best_fixed = max(row["vs_ar"] for name, row in rows.items() if name.startswith("sd-fixed"))
+        gap = rows["oracle-trim"]["vs_ar"] - best_fixed
+        for name, row in rows.items():
+            capture = (row["vs_ar"] - best_fixed) / gap if gap > 0 else float("nan")
+            results.setdefault(name, {})[category] = {**row, "vs_best_fixed": row["vs_ar"] / best_fixed,
+                                                      "capture": capture}
+            print(f"{category:<20} {name:<12} {row['tokens_per_s']:6.1f} tok/s  {row['vs_ar']:.3f}x ar  "
+                  f"{row['vs_ar'] / best_fixed:.3f}x best fixed  capture {capture:+.2f}  "
+                  f"mean draft {row['mean_draft']:.2f}  tau {row['tau']:.2f}")
+    print("median over categories (x ar, x best fixed γ of the category, share of oracle-trim's gain):")
+    for name, rows in results.items():
+        print(f"  {name:<12} {statistics.median(r['vs_ar'] for r in rows.values()):.3f}x  "
+              f"{statistics.median(r['vs_best_fixed'] for r in rows.values()):.3f}x  "
+              f"{statistics.median(r['capture'] for r in rows.values()):+.2f}")
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(results, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

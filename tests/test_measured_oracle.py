@@ -1,0 +1,47 @@
+"""examples/measured_oracle.py: its reference stop must end every round exactly at the first rejected token,
+or its "measured ceiling" measures something else."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import plain_greedy
+
+import pacer_hf
+from pacer_hf.strategies.registry import STRATEGY_TYPES
+
+
+@pytest.fixture
+def oracle_module():
+    path = Path(__file__).resolve().parent.parent / "examples" / "measured_oracle.py"
+    spec = importlib.util.spec_from_file_location("measured_oracle", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve the module's annotations through sys.modules
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+        STRATEGY_TYPES.pop("oracle-stop", None)
+
+
+@pytest.mark.parametrize("trim", [True, False])
+def test_reference_stop_ends_rounds_at_the_first_rejection(pair, oracle_module, trim):
+    target, draft = pair("llama", "noisy")
+    prompt = torch.tensor([[3, 17, 5, 42, 8, 11]])
+    expected = plain_greedy(target, prompt, max_new_tokens=40)
+    oracle_module.REFERENCES[tuple(prompt[0].tolist())] = expected[0].tolist()
+    gamma = 6
+    out = target.generate(prompt, assistant_model=draft, do_sample=False, max_new_tokens=40,
+                          pacer=oracle_module.OracleStopConfig(gamma, trim=trim))
+    assert torch.equal(out, expected)
+    stats = pacer_hf.last_stats(target)
+    rounds = list(zip(stats.draft_lengths, stats.accepted))
+    assert len(rounds) > 3 and any(d < gamma for d, _ in rounds) and any(a > 0 for _, a in rounds)
+    for drafted, accepted in rounds[:-1]:  # the last round may be cut by max_new_tokens
+        if trim or drafted == gamma and accepted == gamma:
+            assert accepted == drafted  # only tokens the target accepts are proposed
+        else:
+            assert accepted == drafted - 1  # the rejected token is the last one proposed
