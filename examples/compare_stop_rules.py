@@ -1,11 +1,21 @@
-"""Interleaved A/B of stop rules on the benchmark's greedy prompts: fixed γ against pre-verifiers.
+"""Interleaved A/B of stop rules on the benchmark's greedy prompts: fixed γ against pre-verifiers and, with
+--oracle, against the stop-rule ceiling measured inside generate.
 
     python examples/compare_stop_rules.py hub_cards/demo-preverifier /path/to/other-preverifier --runs 2
+    python examples/compare_stop_rules.py hub_cards/demo-preverifier --oracle --gammas 5,6,7,8,10,12 --prompts 8 --runs 1
 
-Every setting decodes every prompt once per run, interleaved (so machine load hits them alike), and every
-output is checked against plain decoding (`pacer_hf.training.validate.compare_in_generate`). Prints tokens/s and speed over the target alone per category,
-the median over categories, and each pre-verifier's speed over the best fixed γ of the same category;
-writes them as JSON with --out.
+Every setting decodes every prompt once per run, interleaved (so machine load hits them alike), after one untimed
+warm-up call each, and every output is checked against plain decoding
+(`pacer_hf.training.validate.compare_in_generate`). Prints tokens/s and speed over the target alone per category,
+the median over categories, and each setting's speed over the best fixed γ of the same category; writes them as
+JSON with --out.
+
+--oracle adds a stop criterion that knows the target's greedy continuation (decoded once per prompt, untimed) and
+ends each round at the first drafted token the target will reject, capped at the first pre-verifier's
+`max_draft_tokens` (else the largest γ). "oracle" keeps that token, as Pacer's stop-only rule does (a perfect
+pre-verifier); "oracle-trim" drops it (the round verifies exactly the accepted tokens). Both pay every draft forward
+up to the rejected token and nothing for a pre-verifier, so they bound what any stop rule can gain on this machine
+(the benchmark's `oracle` row is modelled instead); each setting's share of oracle-trim's gain is printed too.
 """
 
 from __future__ import annotations
@@ -13,19 +23,85 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 import pacer_hf
 from pacer_hf.bench.prompts import CATEGORIES, build_prompts
+from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
 from pacer_hf.pairs import load_pair
+from pacer_hf.stats import PacerStats
+from pacer_hf.strategies.registry import StrategyCall, StrategyContext
 from pacer_hf.training.validate import compare_in_generate
+
+REFERENCES: dict[tuple[int, ...], list[int]] = {}  # prompt ids -> the target's greedy output (prompt included)
+
+
+class ReferenceStop:
+    """Ends a round at the first drafted token that differs from the target's known greedy continuation."""
+
+    costs = None  # no cost model to feed
+
+    def __init__(self, trim: bool):
+        self.trim_rejected, self.reference, self.position, self.drafted, self.trim = trim, [], 0, 0, 0
+
+    def start_round(self) -> None:
+        self.drafted, self.trim = 0, 0
+
+    def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
+        at = self.position + self.drafted
+        self.drafted += 1
+        if at < len(self.reference) and int(token[0, 0]) == self.reference[at]:
+            return False
+        self.trim = int(self.trim_rejected)
+        return True
+
+    def end_round(self, *outcome) -> None:
+        pass
+
+
+class OracleGenerator(PacerCandidateGenerator):
+    """Tells the reference stop where each round starts (and, on the first, which prompt this is)."""
+
+    def get_candidates(self, input_ids: torch.LongTensor, **kwargs):
+        if self.rounds == 0:
+            self.stop.reference = REFERENCES[tuple(input_ids[0].tolist())]
+        self.stop.position = input_ids.shape[1]
+        return super().get_candidates(input_ids, **kwargs)
+
+
+@dataclass(frozen=True)
+class OracleStopConfig(pacer_hf.StrategyConfig):
+    strategy_type: ClassVar[str] = "oracle-stop"
+    gamma: int = 12
+    trim: bool = True
+    use_preverifier: bool = False
+
+    @property
+    def name(self) -> str:
+        return "oracle-trim" if self.trim else "oracle"
+
+
+def build(config: OracleStopConfig, context: StrategyContext) -> StrategyCall:
+    stats = PacerStats(strategy=config.name)
+
+    def make(generation_config, logits_processor) -> OracleGenerator:
+        return OracleGenerator(context.draft, generation_config, logits_processor, max_draft_tokens=config.gamma,
+                               stats=stats, stop=ReferenceStop(config.trim), draft_forward=context.draft_forward)
+
+    return StrategyCall(name=config.name, make=make, stats=stats)
+
+
+pacer_hf.register_strategy(OracleStopConfig, build)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("preverifiers", nargs="*", help="pre-verifier folders")
     parser.add_argument("--gammas", default="1,2,3,4")
+    parser.add_argument("--oracle", action="store_true", help="add the measured oracle stop rules")
     parser.add_argument("--prompts", type=int, default=3, help="prompts per category")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -35,21 +111,33 @@ def main() -> None:
     pair = load_pair("stdlib")
     prompts, _ = build_prompts(list(CATEGORIES), lambda text: pair.tokenizer(text).input_ids, args.prompts, 256,
                                target_dir=pair.target.name_or_path)
-    settings = {f"sd-fixed-{g}": f"sd-fixed-{g}" for g in args.gammas.split(",")}
+    gammas = [int(g) for g in args.gammas.split(",")]
+    settings = {f"sd-fixed-{g}": f"sd-fixed-{g}" for g in gammas}
     settings.update({path: pacer_hf.PacerPreVerifier.from_pretrained(path) for path in args.preverifiers})
+    if args.oracle:
+        cap = settings[args.preverifiers[0]].config.max_draft_tokens if args.preverifiers else max(gammas)
+        settings.update({"oracle": OracleStopConfig(cap, trim=False), "oracle-trim": OracleStopConfig(cap, trim=True)})
     results: dict[str, dict] = {}
     for category, chosen in prompts.items():
-        rows = compare_in_generate(pair.target, pair.draft, [list(p.ids) for p in chosen], settings, args.runs,
-                                   args.max_new_tokens)
+        ids = [list(p.ids) for p in chosen]
+        for prompt in ids if args.oracle else ():
+            out = pair.target.generate(torch.tensor([prompt]), max_new_tokens=args.max_new_tokens, do_sample=False)
+            REFERENCES[tuple(prompt)] = out[0].tolist()
+        rows = compare_in_generate(pair.target, pair.draft, ids, settings, args.runs, args.max_new_tokens, warmup=True)
         best_fixed = max(row["vs_ar"] for name, row in rows.items() if name.startswith("sd-fixed"))
+        gap = rows["oracle-trim"]["vs_ar"] - best_fixed if args.oracle else 0.0
         for name, row in rows.items():
-            results.setdefault(name, {})[category] = {**row, "vs_best_fixed": row["vs_ar"] / best_fixed}
+            capture = (row["vs_ar"] - best_fixed) / gap if gap > 0 else float("nan")
+            results.setdefault(name, {})[category] = {**row, "vs_best_fixed": row["vs_ar"] / best_fixed,
+                                                      "capture": capture}
             print(f"{category:<20} {name:<40} {row['tokens_per_s']:6.1f} tok/s  {row['vs_ar']:.3f}x ar  "
-                  f"{row['vs_ar'] / best_fixed:.3f}x best fixed  mean draft {row['mean_draft']:.2f}")
-    print("median over categories (x ar, x best fixed γ of the category):")
+                  f"{row['vs_ar'] / best_fixed:.3f}x best fixed  capture {capture:+.2f}  "
+                  f"mean draft {row['mean_draft']:.2f}  tau {row['tau']:.2f}")
+    print("median over categories (x ar, x best fixed γ of the category, share of oracle-trim's gain):")
     for name, rows in results.items():
         print(f"  {name:<40} {statistics.median(r['vs_ar'] for r in rows.values()):.3f}x  "
-              f"{statistics.median(r['vs_best_fixed'] for r in rows.values()):.3f}x")
+              f"{statistics.median(r['vs_best_fixed'] for r in rows.values()):.3f}x  "
+              f"{statistics.median(r['capture'] for r in rows.values()):+.2f}")
     if args.out:
         with open(args.out, "w") as handle:
             json.dump(results, handle, indent=1)

@@ -1,4 +1,4 @@
-"""examples/measured_oracle.py: its reference stop must end every round exactly at the first rejected token,
+"""examples/compare_stop_rules.py --oracle: its reference stop must end every round exactly at the first rejected token,
 or its "measured ceiling" measures something else."""
 
 import importlib.util
@@ -15,8 +15,8 @@ from pacer_hf.strategies.registry import STRATEGY_TYPES
 
 @pytest.fixture
 def oracle_module():
-    path = Path(__file__).resolve().parent.parent / "examples" / "measured_oracle.py"
-    spec = importlib.util.spec_from_file_location("measured_oracle", path)
+    path = Path(__file__).resolve().parent.parent / "examples" / "compare_stop_rules.py"
+    spec = importlib.util.spec_from_file_location("compare_stop_rules", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve the module's annotations through sys.modules
     try:
