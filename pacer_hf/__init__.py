@@ -13,6 +13,7 @@ registry; nothing else.
 from transformers import AutoConfig, AutoModel
 
 from .attached import attach, default_lookup_gate
+from .candidates import SuffixCache
 from .configuration_lookup_gate import PacerLookupGateConfig
 from .configuration_pacer import PacerConfig
 from .generation import disable, enable, last_stats, load_preverifier
@@ -54,6 +55,7 @@ __all__ = [
     "PhrasePool",
     "SpeculativeConfig",
     "StrategyConfig",
+    "SuffixCache",
     "attach",
     "compile_draft",
     "default_lookup_gate",

@@ -22,6 +22,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from ._hf_compat import batch_row_cache, check_cache_support, check_supported, default_candidate_generator
 from .attached import attached_preverifier, default_lookup_gate, require_attached
+from .candidates.suffix import ScopedSuffixCache, as_scoped
 from .loops.batch_cache import check_batch_memory
 from .loops.batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
 from .loops.draft_forwards import DRAFT_FORWARDS
@@ -90,9 +91,13 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     batch_cache = _option(kwargs, "pacer_batch_cache", BATCH_CACHES)
     batch_stop = _option(kwargs, "pacer_batch_stop", BATCH_STOPS)
     costs = check_cost_mode(kwargs.pop("pacer_costs", "measure"))
+    suffix_cache = as_scoped(kwargs.pop("suffix_cache", None), kwargs.pop("suffix_scope", None))
     if pacer is _MISSING:
         pacer = getattr(kwargs.get("generation_config") or self.generation_config, "pacer", None)
     if pacer is None or pacer is False:
+        if suffix_cache is not None:
+            raise ValueError("suffix_cache= feeds pacer_hf's prompt lookup: pass pacer=True with "
+                             "prompt_lookup_num_tokens=N (or drop suffix_cache=).")
         return self._pacer_plain_generate(*args, **kwargs)
     if kwargs.get("custom_generate") is not None:
         raise ValueError(
@@ -103,7 +108,7 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
         raise ValueError(
             "pacer_hf's lean verification loop does not support synced_gpus; pass pacer_loop='transformers'."
         )
-    call = _resolve(self, pacer, args, kwargs, draft_forward, costs)
+    call = _resolve(self, pacer, args, kwargs, draft_forward, costs, suffix_cache)
     call.stats.loop = loop
     size = _batch_size(args, kwargs)
     batched = size > 1
@@ -133,6 +138,8 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     sequences = output if isinstance(output, torch.Tensor) else output.sequences
     if not batched:  # the batched loop counts each row's tokens, padding excluded
         stats.new_tokens = sequences.shape[1] - _prompt_length(self, args, kwargs)
+        if suffix_cache is not None:  # later calls may copy from this prompt and its answer
+            suffix_cache.add(sequences[0])
     self._pacer_last_stats = stats
     return output
 
@@ -158,7 +165,7 @@ def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, 
 
 
 def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict, draft_forward: str,
-             costs: str | list[float] = "measure") -> StrategyCall:
+             costs: str | list[float] = "measure", suffix_cache: ScopedSuffixCache | None = None) -> StrategyCall:
     """Turn the `pacer=` value into a StrategyCall, raising every argument error before any work."""
     draft = kwargs.get("assistant_model")
     lookup_tokens = _generation_value(model, kwargs, "prompt_lookup_num_tokens")
@@ -171,7 +178,10 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict,
             "with Pacer, sd-fixed-<γ>, ouroboros and pacer+ouroboros; call generate once per prompt for this strategy."
         )
     if isinstance(config, LookupConfig):
-        return _resolve_lookup(model, config, module, args, kwargs, lookup_tokens, draft_forward, costs)
+        return _resolve_lookup(model, config, module, args, kwargs, lookup_tokens, draft_forward, costs, suffix_cache)
+    if suffix_cache is not None:
+        raise ValueError(f"suffix_cache= feeds prompt lookup; pacer={pacer!r} runs {type(config).__name__}: pass "
+                         "prompt_lookup_num_tokens=N with pacer=True (or drop suffix_cache=).")
     if lookup_tokens is not None:
         raise ValueError(
             f"prompt_lookup_num_tokens={lookup_tokens} cannot be combined with pacer={pacer!r} ({type(config).__name__}): "
@@ -198,7 +208,8 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict,
 
 
 def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: tuple, kwargs: dict,
-                    lookup_tokens: int | None, draft_forward: str, costs: str | list[float]) -> StrategyCall:
+                    lookup_tokens: int | None, draft_forward: str, costs: str | list[float],
+                    suffix_cache: ScopedSuffixCache | None = None) -> StrategyCall:
     """Prompt lookup (strategies/lookup): the gate from `pacer=`, else the one attached to the target, else the
     default gate shipped in the package; a draft optional."""
     draft = kwargs.get("assistant_model")
@@ -224,7 +235,7 @@ def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: 
     if preverifier is not None:
         _check_trim(preverifier, do_sample)
     return build_call(config, StrategyContext(model, draft, preverifier, do_sample, draft_forward, lookup_gate=gate,
-                                              costs=costs))
+                                              costs=costs, suffix_cache=suffix_cache))
 
 
 def _strategy(model: PreTrainedModel, pacer: PacerArg, draft, lookup: bool) -> tuple[StrategyConfig, object]:

@@ -5,13 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import ARCHITECTURES, build_model, make_lookup_gate, plain_greedy
+from helpers import PROMPT, TEMPERATURE, VOCAB, exact_distributions, goodness_of_fit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pacer_hf
 from pacer_hf.candidates import SuffixCache, SuffixSource, SuffixStore, kernels
 from pacer_hf.candidates.suffix import CACHE, REQUEST, as_scoped, gate_features
 from pacer_hf.modeling_lookup_gate import MAX_MATCH_LENGTH, NUM_LOOKUP_FEATURES, find_lookup
 
+REPEAT = torch.tensor([[5, 6, 7, 8, 5, 6, 7]])
 TOKENS = st.lists(st.integers(0, 4), min_size=1, max_size=40)
 
 
@@ -181,3 +185,72 @@ def test_store_rejects_bad_arguments():
         as_scoped(SuffixCache(10).scoped("a"), "b")
     with pytest.raises(TypeError):
         as_scoped({}, None)
+
+
+# -- in generate ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def targets():
+    return {arch: pacer_hf.enable(build_model(arch)) for arch in ARCHITECTURES}
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("loop", ["lean", "transformers"])
+def test_greedy_identical_with_a_cache_across_calls(targets, arch, loop):
+    target = targets[arch]
+    gate = make_lookup_gate(target, threshold=0.0)  # proposes every scored token
+    cache = pacer_hf.SuffixCache(max_tokens=500)
+    rng = np.random.default_rng(1)
+    prompts = [torch.tensor([rng.integers(0, 12, size=int(rng.integers(3, 14))).tolist()]) for _ in range(4)]
+    for prompt in [*prompts, *prompts]:  # the second time round the cache holds each prompt's own answer
+        out = target.generate(prompt, max_new_tokens=16, do_sample=False, prompt_lookup_num_tokens=6, pacer=gate,
+                              pacer_loop=loop, suffix_cache=cache)
+        assert torch.equal(out, plain_greedy(target, prompt, max_new_tokens=16))
+    assert pacer_hf.last_stats(target).cache_matches > 0 and cache.requests == 8
+
+
+def test_a_request_gets_no_candidate_from_another_tenant(targets):
+    target = targets["llama"]
+    gate = make_lookup_gate(target, threshold=0.0)
+    prompt = torch.tensor([[3, 17, 29, 41, 53, 65, 77, 89]])
+    cache = pacer_hf.SuffixCache(max_tokens=500)
+    kwargs = {"max_new_tokens": 12, "do_sample": False, "prompt_lookup_num_tokens": 6, "pacer": gate}
+    target.generate(prompt, suffix_cache=cache, suffix_scope="tenant-a", **kwargs)
+    assert len(cache) == 20
+    target.generate(prompt, suffix_cache=cache.scoped("tenant-b"), **kwargs)
+    assert pacer_hf.last_stats(target).cache_matches == 0
+    target.generate(prompt, suffix_cache=cache.scoped("tenant-a"), **kwargs)
+    assert pacer_hf.last_stats(target).cache_matches > 0
+
+
+def test_sampling_with_a_cache_matches_target_distribution(sampling_pair):
+    target, _ = sampling_pair
+    gate = make_lookup_gate(target, threshold=0.0, max_lookup_tokens=3)
+    cache = pacer_hf.SuffixCache(max_tokens=1000)
+    for first in range(VOCAB):  # every continuation of the prompt, so the cache always proposes
+        cache.add([*PROMPT[0].tolist(), first, (first * 3) % VOCAB, 2, 5])
+    p1, p12 = exact_distributions(target)
+    torch.manual_seed(0)
+    first, joint, proposed = torch.zeros(VOCAB), torch.zeros(VOCAB, VOCAB), 0
+    for _ in range(1500):
+        out = target.generate(PROMPT, max_new_tokens=4, do_sample=True, temperature=TEMPERATURE, top_k=0,
+                              prompt_lookup_num_tokens=3, pacer=gate, suffix_cache=cache)
+        t1, t2 = out[0, PROMPT.shape[1]:PROMPT.shape[1] + 2].tolist()
+        first[t1] += 1
+        joint[t1, t2] += 1
+        proposed += sum(pacer_hf.last_stats(target).draft_lengths)
+    assert proposed > 1000, "the cache must propose tokens for the test to mean much"
+    assert goodness_of_fit(first, p1) > 1e-3
+    assert goodness_of_fit(joint, p12) > 1e-3
+
+
+def test_suffix_cache_errors_name_the_fix(targets):
+    target = targets["llama"]
+    cache = pacer_hf.SuffixCache(max_tokens=50)
+    with pytest.raises(ValueError, match="pacer=True"):
+        target.generate(REPEAT, max_new_tokens=4, suffix_cache=cache)
+    with pytest.raises(ValueError, match="feeds prompt lookup"):
+        target.generate(REPEAT, max_new_tokens=4, pacer="sd-fixed-3", assistant_model=target, suffix_cache=cache)
+    with pytest.raises(ValueError, match="needs suffix_cache"):
+        target.generate(REPEAT, max_new_tokens=4, pacer=True, prompt_lookup_num_tokens=3, suffix_scope="a")

@@ -77,6 +77,7 @@ class StrategyContext:
     draft_forward: str = "auto"
     lookup_gate: PacerLookupGate | None = None
     costs: str | list[float] = "measure"  # generate's pacer_costs=: where expected-gain rules take their costs
+    suffix_cache: Any = None  # generate's suffix_cache= (a ScopedSuffixCache): prompt lookup also searches it
 
     def preverifier_stop(self, stats: PacerStats, max_tokens: int) -> PacerStoppingCriteria | None:
         """The pre-verifier as the drafting stop criterion (None without one); an expected-gain rule decides

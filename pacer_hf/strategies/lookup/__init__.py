@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ...candidates.suffix import SuffixSource
 from ...loops.candidate_generator import PacerCandidateGenerator
 from ...loops.round_costs import lookup_costs
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
@@ -78,8 +79,9 @@ def build(config: LookupConfig, context: StrategyContext) -> StrategyCall:
         if gate is not None and gate.config.decision_rule == "expected_gain":
             costs = lookup_costs(context.model, num_tokens, context.costs, gate.config.round_cost)
             stats.use_costs(costs)
+        source = SuffixSource(generation_config.max_length, max_ngram, context.suffix_cache)
         return LookupCandidateGenerator(generation_config, num_tokens=num_tokens, max_ngram=max_ngram, gate=gate,
-                                        stats=stats, drafting=drafting, costs=costs)
+                                        stats=stats, drafting=drafting, costs=costs, source=source)
 
     return StrategyCall(name=config.name, make=make, stats=stats)
 

@@ -9,6 +9,7 @@ import torch
 from transformers import GenerationConfig
 
 from ..._hf_compat import CandidateGenerator
+from ...candidates.suffix import CACHE, SuffixSource, gate_features
 from ...loops.candidate_generator import PacerCandidateGenerator
 from ...loops.round_costs import RoundCosts
 from ...modeling_lookup_gate import PacerLookupGate, feature_rows, find_lookup
@@ -23,6 +24,7 @@ class LookupStats(PacerStats):
 
     lookup_lengths: list[int] = field(default_factory=list)
     matches: int = 0
+    cache_matches: int = 0  # rounds whose match came from a SuffixCache (earlier requests), not this request
 
     @property
     def lookup_acceptance(self) -> float:
@@ -41,8 +43,9 @@ class LookupCandidateGenerator(CandidateGenerator):
 
     def __init__(self, generation_config: GenerationConfig, *, num_tokens: int, max_ngram: int,
                  gate: PacerLookupGate | None, stats: LookupStats, drafting: PacerCandidateGenerator | None = None,
-                 costs: RoundCosts | None = None):
+                 costs: RoundCosts | None = None, source: SuffixSource | None = None):
         self.num_tokens = num_tokens
+        self.source = source  # the request's suffix index (and a cache of earlier requests); None: find_lookup
         self.costs = costs  # what a round proposing k lookup tokens costs here; refined by every round
         self.round_start: float | None = None  # None: the first round (it reads the prompt), or a draft round
         self.proposed = 0
@@ -80,15 +83,20 @@ class LookupCandidateGenerator(CandidateGenerator):
 
     def _lookup(self, ids: torch.Tensor, budget: int) -> list[int]:
         start = time.perf_counter()
-        match = find_lookup(ids.cpu(), budget, self.max_ngram)
+        if self.source is not None:
+            match = self.source.find(ids.cpu(), budget)
+            describe = gate_features
+        else:
+            match, describe = find_lookup(ids.cpu(), budget, self.max_ngram), feature_rows
         tokens: list[int] = []
         if match is not None:
             self.stats.matches += 1
+            self.stats.cache_matches += getattr(match, "source", None) == CACHE
             tokens = match.tokens.tolist()
             if self.gate is not None:
-                features = feature_rows(match, ids.shape[0], self.prompt_length, self.confidence,
-                                        self.gate.config.max_lookup_tokens, self.gate.config.max_ngram_size,
-                                        self.sampling)
+                features = describe(match, ids.shape[0], self.prompt_length, self.confidence,
+                                    self.gate.config.max_lookup_tokens, self.gate.config.max_ngram_size,
+                                    self.sampling)
                 survival = self.scorer.survival(features)
                 costs = self.costs.seconds() if self.costs is not None else None
                 tokens = tokens[: self.gate.choose_length(survival, costs)]
