@@ -156,7 +156,7 @@ def _lookup_columns(records: dict[str, dict], strategies: list[Strategy], cell: 
     oracle = records.get("lookup-oracle")
     for record in records.values():
         if record["family"] not in ("hf-lookup", "lookup-oracle") and not (
-                record["family"] in ("registered", "default-gate") and record.get("lookup")):
+                record["family"] in ("registered", "default-gate", "suffix") and record.get("lookup")):
             continue
         record["best_hf_lookup"] = best["strategy"]
         record["speedup_vs_best_hf_lookup"] = (record["tokens_per_s"] / best["tokens_per_s"]

@@ -35,7 +35,14 @@ from ..strategies import OuroborosConfig, strategy_config
 from ..strategies.ouroboros.pool import POOLS_ATTRIBUTE
 from ..training.simulate import CostModel
 from .prompts import CATEGORIES, Prompt
-from .strategies import Strategy, call_context, default_strategy_names, resolve_strategies, sklearn_retuning
+from .strategies import (
+    BenchSuffixCaches,
+    Strategy,
+    call_context,
+    default_strategy_names,
+    resolve_strategies,
+    sklearn_retuning,
+)
 
 SCHEMA = 1  # bump when results.json records change meaning
 
@@ -212,13 +219,15 @@ def _pacer_argument(strategy: Strategy, preverifiers: dict[str, PacerPreVerifier
         return strategy.name
     if strategy.family == "default-gate":
         return pacer_hf.default_lookup_gate()
+    if strategy.family == "suffix":
+        return True
     return None
 
 
 def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel | None, prompt: Prompt,
              temperature: float, max_new_tokens: int, preverifiers: dict[str, PacerPreVerifier],
-             counter: ForwardCounter, seed: int) -> CallResult:
-    """One timed `generate` call of `strategy` on `prompt` (batch 1)."""
+             counter: ForwardCounter, seed: int, suffix_cache=None) -> CallResult:
+    """One timed `generate` call of `strategy` on `prompt` (batch 1); `suffix_cache` for family "suffix"."""
     ids = torch.tensor([prompt.ids], dtype=torch.long, device=target.device)
     kwargs: dict[str, Any] = {"attention_mask": torch.ones_like(ids), "max_new_tokens": max_new_tokens,
                               "do_sample": temperature > 0}
@@ -229,6 +238,8 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
     if strategy.lookup_tokens is not None:
         kwargs["prompt_lookup_num_tokens"] = strategy.lookup_tokens
     kwargs["pacer"] = _pacer_argument(strategy, preverifiers, temperature > 0)
+    if suffix_cache is not None:
+        kwargs["suffix_cache"] = suffix_cache
     if strategy.needs_preverifier and strategy.family == "registered":  # e.g. pacer+ouroboros: the attached one
         for slot in ATTACHED_SLOTS:
             draft.__dict__.pop(slot, None)
@@ -338,6 +349,7 @@ def run_benchmark(
     attached = {slot: draft.__dict__.get(slot) for slot in ATTACHED_SLOTS} if draft is not None else {}
     counter = ForwardCounter(target, draft)
     pools = PoolIsolation(target, draft)
+    caches = BenchSuffixCaches()
     calls: list[dict] = []
     try:
         if config.warmup:
@@ -346,11 +358,12 @@ def run_benchmark(
                 for strategy in running:
                     with pools.around(strategy):
                         run_call(strategy, target, draft, first, temperature, min(16, config.max_new_tokens),
-                                 preverifiers, counter, config.seed)
+                                 preverifiers, counter, config.seed, caches.get(strategy, temperature))
         total = config.runs * sum(len(p) for p in prompts.values()) * len(config.temperatures) * len(running)
         bar = tqdm(total=total, desc="bench", disable=not progress, unit="call")
         for run in range(config.runs):
             pools.new_run()
+            caches.reset()  # each prompt once per run: a cache holds earlier prompts only
             for category, category_prompts in prompts.items():
                 for index, prompt in enumerate(category_prompts):
                     for temperature in config.temperatures:
@@ -361,7 +374,8 @@ def run_benchmark(
                         for strategy in running[shift:] + running[:shift]:
                             with pools.around(strategy):
                                 result = run_call(strategy, target, draft, prompt, temperature,
-                                                  config.max_new_tokens, preverifiers, counter, seed)
+                                                  config.max_new_tokens, preverifiers, counter, seed,
+                                                  caches.get(strategy, temperature))
                             if call_hook is not None:
                                 call_hook(strategy, result)
                             outputs[strategy.name] = result.output

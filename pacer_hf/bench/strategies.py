@@ -20,6 +20,7 @@ from transformers import PreTrainedModel
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 from transformers.utils import is_sklearn_available
 
+from ..candidates import SuffixCache
 from ..strategies import (
     DEFAULT_LOOKUP_TOKENS,
     STRATEGIES,
@@ -34,11 +35,15 @@ HF_DEFAULT_ASSISTANT_TOKENS = 20  # transformers' GenerationConfig default for n
 HF_DEFAULT_CONFIDENCE = 0.4  # transformers' default assistant_confidence_threshold
 SWEEP = tuple(range(1, 9))  # gammas swept by the bare names "sd-fixed" / "hf-fixed"
 LOOKUP_SWEEP = (3, 5, 10)  # prompt_lookup_num_tokens swept by the bare name "hf-lookup"
+# Gated lookup from the request's suffix index (the target's gate, else the default one), alone or with a SuffixCache
+# of the earlier prompts of the same run and temperature (`BenchSuffixCaches`)
+SUFFIX_NAMES = ("pacer-suffix", "pacer-suffix-cache")
+SUFFIX_CACHE_TOKENS = 262_144
 QUICK_REGISTERED = ("pearl", "ouroboros", "pacer+ouroboros")  # registry presets a --quick run includes
 # Names only the benchmark knows; every other name is looked up in the strategy registry.
 BASE_NAMES = ("ar", "sd-fixed", "hf-fixed-<γ>", "hf-fixed", "hf-heuristic", "hf-confidence",
               "hf-confidence-static", "pacer", "pacer-b1", "oracle", "hf-lookup-<N>", "hf-lookup", "lookup-oracle",
-              "pacer-lookup-default")
+              "pacer-lookup-default", *SUFFIX_NAMES)
 
 
 class StaticConfidenceCandidateGenerator(AssistedCandidateGenerator):
@@ -70,6 +75,7 @@ class Strategy:
     block_size: int | None = None
     needs_preverifier: bool = False
     lookup_tokens: int | None = None
+    suffix_cache: bool = False  # family "suffix": generate(suffix_cache=) with this strategy's BenchSuffixCaches entry
 
     @property
     def uses_draft(self) -> bool:
@@ -180,6 +186,8 @@ def _resolve_one(name: str, has_preverifier: bool) -> list[Strategy]:
         return [Strategy("oracle", "oracle")]
     if name == "lookup-oracle":
         return [Strategy("lookup-oracle", "lookup-oracle")]
+    if name in SUFFIX_NAMES:
+        return [Strategy(name, "suffix", lookup_tokens=DEFAULT_LOOKUP_TOKENS, suffix_cache=name.endswith("-cache"))]
     if name == "pacer-lookup-default":
         return [Strategy(name, "default-gate", lookup_tokens=DEFAULT_LOOKUP_TOKENS)]
     if name == "hf-lookup":
@@ -200,6 +208,27 @@ def _resolve_one(name: str, has_preverifier: bool) -> list[Strategy]:
         return [Strategy(name, "registered", None, _constant(HF_DEFAULT_ASSISTANT_TOKENS),
                          needs_preverifier=config.use_preverifier)]
     raise ValueError(f"Unknown strategy {name!r}; known: {', '.join(available_strategy_names())}.")
+
+
+class BenchSuffixCaches:
+    """One SuffixCache per strategy and temperature, emptied at the start of every run (and after the warm-up):
+    a run takes its prompts in a fixed order, each once, so a cache holds only earlier prompts' prompts and
+    answers, never the answer of the prompt being timed."""
+
+    def __init__(self, max_tokens: int = SUFFIX_CACHE_TOKENS):
+        self.max_tokens = max_tokens
+        self.caches: dict[tuple[str, float], SuffixCache] = {}
+
+    def reset(self) -> None:
+        self.caches.clear()
+
+    def get(self, strategy: Strategy, temperature: float) -> SuffixCache | None:
+        if not strategy.suffix_cache:
+            return None
+        key = (strategy.name, temperature)
+        if key not in self.caches:
+            self.caches[key] = SuffixCache(max_tokens=self.max_tokens)
+        return self.caches[key]
 
 
 def sklearn_retuning(strategy: Strategy) -> bool:
@@ -267,6 +296,7 @@ def _both(first, second) -> Iterator[None]:
 
 
 __all__ = [
+    "BenchSuffixCaches",
     "Strategy",
     "StaticConfidenceCandidateGenerator",
     "available_strategy_names",

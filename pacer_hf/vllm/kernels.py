@@ -68,15 +68,17 @@ def _match(ids, length, max_tokens, max_ngram, hits):
 
 @compiled()
 def lookup_logits(token_ids, lengths, rows, rooms, prompt_lengths, max_ngram, feature_tokens, confidence, w1, b1, w2,
-                  b2, w3, b3, out_tokens, out_counts, out_logits):
-    """For each row r in `rows` (with room[r] > 0): the lookup proposal (out_tokens[r, :out_counts[r]]) and the
-    gate's log-odds of each of its tokens (out_logits); out_counts[r] = 0 without a match."""
+                  b2, w3, b3, out_tokens, out_counts, out_logits, out_matched):
+    """For each row r in `rows` (with room[r] > 0): the lookup proposal (out_tokens[r, :out_counts[r]]), the
+    gate's log-odds of each of its tokens (out_logits) and the match length (out_matched); out_counts[r] = 0
+    without a match."""
     hits = np.empty(MAX_OCCURRENCES, dtype=np.int64)
     features = np.empty(NUM_LOOKUP_FEATURES, dtype=np.float64)
     hidden1 = np.empty(w1.shape[1], dtype=np.float64)
     hidden2 = np.empty(w2.shape[1], dtype=np.float64)
     for r in rows:
         out_counts[r] = 0
+        out_matched[r] = 0
         length = lengths[r]
         if rooms[r] < 1 or length < 2:
             continue
@@ -85,6 +87,7 @@ def lookup_logits(token_ids, lengths, rows, rooms, prompt_lengths, max_ngram, fe
         if start < 0:
             continue
         k = min(rooms[r], length - start)
+        out_matched[r] = matched
         for j in range(k):
             out_tokens[r, j] = ids[start + j]
         features[1] = math.log1p(matched) / math.log1p(MAX_MATCH_LENGTH)
@@ -138,6 +141,7 @@ class CompiledGate:
         self.counts = np.zeros(max_rows, dtype=np.int64)
         self.logits = np.zeros((max_rows, max_tokens), dtype=np.float64)
         self.chosen = np.zeros(max_rows, dtype=np.int64)
+        self.matched = np.zeros(max_rows, dtype=np.int64)
 
     def run(self, token_ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, rooms: np.ndarray,
             prompt_lengths: np.ndarray, max_ngram: int, feature_tokens: int, confidence: float) -> None:
@@ -148,8 +152,10 @@ class CompiledGate:
             self.counts = np.zeros(grow, dtype=np.int64)
             self.logits = np.zeros((grow, self.logits.shape[1]), dtype=np.float64)
             self.chosen = np.zeros(grow, dtype=np.int64)
+            self.matched = np.zeros(grow, dtype=np.int64)
         lookup_logits(token_ids, lengths, rows, rooms, prompt_lengths, max_ngram, feature_tokens, confidence,
-                      self.w1, self.b1, self.w2, self.b2, self.w3, self.b3, self.tokens, self.counts, self.logits)
+                      self.w1, self.b1, self.w2, self.b2, self.w3, self.b3, self.tokens, self.counts, self.logits,
+                      self.matched)
 
     def choose(self, available: np.ndarray, scale: float, shift: float, curve: np.ndarray, rows: int) -> np.ndarray:
         """Drafts per row (the first len(available) rows) for the calibrated gate and the step-cost curve."""

@@ -35,6 +35,7 @@ from ..modeling_lookup_gate import PacerLookupGate
 from .calibration import OnlineCalibration
 from .kernels import CompiledGate
 from .step_costs import StepCosts
+from .suffix_cache import ProposerCache, cache_settings
 
 GATE_ENV = "PACER_HF_VLLM_GATE"  # a lookup gate folder or Hub id; else additional_config["pacer_hf"]["gate"]
 STATS_ENV = "PACER_HF_VLLM_STATS"  # a JSON file the proposer keeps its counters and cost curve in
@@ -48,6 +49,7 @@ class _Row:
     prompt_length: int
     proposed: int = 0  # drafts proposed for this row at the last step
     logits: np.ndarray | None = None  # the gate's log-odds of those drafts (for the calibration's labels)
+    text: np.ndarray | None = None  # the row's text (with the suffix cache: added to it when the row leaves)
 
 
 @dataclass
@@ -111,6 +113,8 @@ class PacerLookupProposer:
         self.calibration = OnlineCalibration()
         self.calibration.fit()  # loads numpy's linear algebra now, not in a step (no labels yet: the gate as trained)
         self.stats = ProposerStats()
+        settings = cache_settings(vllm_config)  # earlier requests' text (suffix_cache.py), on unless turned off
+        self.suffix_cache = ProposerCache(settings, self.gate.scorer()) if settings is not None else None
         self._rows: dict[tuple, _Row] = {}
         self._pending_tokens: int | None = None  # tokens the next step verifies, when it is a clean decode step
         self._last_return: float | None = None
@@ -143,7 +147,11 @@ class PacerLookupProposer:
                 accepted = min(len(sampled) - 1, before.proposed)
                 self.stats.accepted += accepted
                 self.calibration.update(before.logits, accepted)
-            rows.append(((head, n, int(text[n - 1])), _Row(prompt_length=before.prompt_length)))
+            if self.suffix_cache is not None:
+                self._rows.pop((head, n - len(sampled), int(text[n - len(sampled) - 1])), None)
+            rows.append(((head, n, int(text[n - 1])), _Row(before.prompt_length, text=self._copy(text))))
+        if self.suffix_cache is not None:  # rows not seen again have finished (or left the batch)
+            self.suffix_cache.finished(row.text for row in self._rows.values() if row.text is not None)
         # the step that just ran verified what the last call proposed, and nothing else when no row was in prefill
         if clean and self._pending_tokens is not None and self._last_return is not None:
             self.costs.observe(self._pending_tokens, start - self._last_return)
@@ -157,6 +165,9 @@ class PacerLookupProposer:
             rooms = np.minimum(self.scored, self.max_model_len - lengths - 1)
             prompts = np.array([entry[1].prompt_length if entry is not None else 0 for entry in rows], dtype=np.int64)
             gate.run(token_ids_cpu, lengths, live, rooms, prompts, self.max_ngram, self.feature_tokens, CONFIDENCE)
+            if self.suffix_cache is not None:
+                self.suffix_cache.improve(gate, token_ids_cpu, lengths, live, rooms, prompts, self.max_ngram,
+                                          self.feature_tokens, CONFIDENCE)
             available = np.zeros(len(rows), dtype=np.int64)
             available[live] = gate.counts[live]
             curve = self.costs.curve(decoding + int(available.sum()))
@@ -179,6 +190,9 @@ class PacerLookupProposer:
         if self._stats_path and stats.steps % STATS_EVERY == 0:
             self.write_stats()
         return drafts
+
+    def _copy(self, text: np.ndarray) -> np.ndarray | None:
+        return text.copy() if self.suffix_cache is not None else None
 
     def write_stats(self) -> None:
         """Counters and the measured step-cost curve, to $PACER_HF_VLLM_STATS (the benchmark reads them)."""

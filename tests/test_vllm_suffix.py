@@ -1,0 +1,52 @@
+"""PacerLookupProposer's cache of earlier requests (pacer_hf/vllm/suffix_cache.py), on vLLM's side of the contract."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_vllm_proposer import FakeEngine, linear_costs, vllm_config
+
+from pacer_hf.vllm import PacerLookupProposer
+
+
+def unique_text(seed: int, length: int = 200) -> list[int]:
+    """No token repeats: a request's own text never proposes anything."""
+    return [int(t) + 5 for t in np.random.default_rng(seed).permutation(2000)[:length]]
+
+
+def serve(proposer: PacerLookupProposer, text: list[int], steps: int, prompt: int = 12) -> list[list[int]]:
+    """One request alone for `steps` steps; its drafts."""
+    engine = FakeEngine([text])
+    engine.add(0, prompt)
+    sampled, drafts = [[text[prompt]]], []
+    for _ in range(steps):
+        drafts.append(proposer.propose(sampled, np.array(engine.length), engine.buffer)[0])
+        sampled = engine.step([drafts[-1]])
+    return drafts
+
+
+@pytest.mark.parametrize("setting", [None, True, {"max_tokens": 1000}, False])
+def test_a_finished_request_feeds_the_next_one(setting):
+    extra = {} if setting is None else {"pacer_hf": {"suffix_cache": setting}}
+    proposer = PacerLookupProposer(vllm_config(k=6, extra=extra))
+    proposer.costs = linear_costs(0.010, 0.00001)  # cheap drafts: the gate's rule lets them through
+    text = unique_text(0)
+    assert not any(serve(proposer, text, 30))  # nothing repeats within the request
+    other = [t + 3000 for t in unique_text(1)]  # no token in common with the first request
+    drafts = serve(proposer, other[:12] + text[:150], 20, prompt=14)  # the first request has left the batch
+    if setting is False:
+        assert proposer.suffix_cache is None and not any(drafts)
+        return
+    assert proposer.suffix_cache.rows_from_cache > 0 and any(drafts)
+    assert proposer.stats.accepted > 0
+    truth = other[:12] + text[:150]
+    position = 15
+    for draft in drafts:  # every draft is the continuation the earlier request wrote
+        if draft:
+            assert draft == truth[position:position + len(draft)] or draft[0] != truth[position]
+        position = min(position + 1 + len(draft), len(truth))
+
+
+def test_bad_cache_setting_names_the_keys():
+    with pytest.raises(ValueError, match="max_requests"):
+        PacerLookupProposer(vllm_config(extra={"pacer_hf": {"suffix_cache": {"size": 3}}}))
