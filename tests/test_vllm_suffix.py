@@ -50,3 +50,12 @@ def test_a_finished_request_feeds_the_next_one(setting):
 def test_bad_cache_setting_names_the_keys():
     with pytest.raises(ValueError, match="max_requests"):
         PacerLookupProposer(vllm_config(extra={"pacer_hf": {"suffix_cache": {"size": 3}}}))
+
+
+def test_bench_runs_the_proposer_with_and_without_its_cache():
+    from pacer_hf.vllm.bench import METHODS, additional_config, speculative_config
+
+    assert {"pacer", "pacer-fresh"} <= set(METHODS)
+    assert speculative_config("pacer-fresh") == speculative_config("pacer")
+    assert additional_config("pacer-fresh") == {"pacer_hf": {"suffix_cache": False}}
+    assert additional_config("pacer") == {}

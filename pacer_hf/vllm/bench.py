@@ -25,7 +25,7 @@ from ..loops.round_costs import cpu_name
 from .environment import check_environment
 from .proposer import STATS_ENV
 
-METHODS = ("none", "ngram-3", "ngram-5", "suffix", "suffix-fresh", "pacer")
+METHODS = ("none", "ngram-3", "ngram-5", "suffix", "suffix-fresh", "pacer", "pacer-fresh")
 WARM_UP = list(range(1000, 1064))  # a request of its own: no method sees a benchmark prompt before it is timed
 DEFAULT_PACER_TOKENS = 10  # the default lookup gate scores up to 10 tokens
 MAX_MODEL_LEN = 2048
@@ -45,7 +45,7 @@ def speculative_config(method: str, pacer_tokens: int = DEFAULT_PACER_TOKENS) ->
     if method.startswith("custom:"):  # any custom_class proposer, e.g. custom:my_module.MyProposer:5
         _, path, k = method.split(":")
         return {"method": "custom_class", "model": path, "num_speculative_tokens": int(k)}
-    if method == "pacer":
+    if method in ("pacer", "pacer-fresh"):  # pacer-fresh: without its cache of earlier requests (additional_config)
         return {"method": "custom_class", "model": "pacer_hf.vllm.PacerLookupProposer",
                 "num_speculative_tokens": pacer_tokens}
     raise ValueError(f"unknown vLLM method {method!r}; choose from {', '.join(METHODS)} (ngram-<k> for any k, "
@@ -97,6 +97,11 @@ def load_prompts(args) -> tuple[Path, dict[str, list[list[int]]]]:
     return folder, prompts
 
 
+def additional_config(method: str) -> dict:
+    """The engine's additional_config for a method: pacer-fresh turns the proposer's suffix cache off."""
+    return {"pacer_hf": {"suffix_cache": False}} if method == "pacer-fresh" else {}
+
+
 def worker(spec: dict) -> dict:
     """All methods in this process, interleaved: one engine per method (each with its own engine-core and worker
     processes, idle while another runs), a warm-up request each, then every pass visits the methods in turn,
@@ -112,7 +117,8 @@ def worker(spec: dict) -> dict:
         config = speculative_config(method, spec["pacer_tokens"])
         started = time.perf_counter()
         engines[method] = LLM(model=spec["model"], dtype="float32", enforce_eager=True, seed=0, disable_log_stats=False,
-                              max_model_len=min(MAX_MODEL_LEN, positions or MAX_MODEL_LEN), speculative_config=config)
+                              max_model_len=min(MAX_MODEL_LEN, positions or MAX_MODEL_LEN), speculative_config=config,
+                              additional_config=additional_config(method))
         engines[method].generate([{"prompt_token_ids": WARM_UP}], params, use_tqdm=False)
         results[method] = {"method": method, "config": config, "load_seconds": time.perf_counter() - started,
                            "alone_seconds": [[] for _ in prompts], "outputs": [[] for _ in prompts],
