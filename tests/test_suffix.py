@@ -254,3 +254,18 @@ def test_suffix_cache_errors_name_the_fix(targets):
         target.generate(REPEAT, max_new_tokens=4, pacer="sd-fixed-3", assistant_model=target, suffix_cache=cache)
     with pytest.raises(ValueError, match="needs suffix_cache"):
         target.generate(REPEAT, max_new_tokens=4, pacer=True, prompt_lookup_num_tokens=3, suffix_scope="a")
+
+
+def test_bench_suffix_strategies_keep_one_cache_per_strategy_and_temperature():
+    from pacer_hf.bench.strategies import BenchSuffixCaches, available_strategy_names, resolve_strategies
+
+    assert {"pacer-suffix", "pacer-suffix-cache"} <= set(available_strategy_names())
+    named = {s.name: s for s in resolve_strategies(["pacer-suffix", "pacer-suffix-cache"], False, 8, has_draft=False)}
+    plain, cached = named["pacer-suffix"], named["pacer-suffix-cache"]
+    assert (plain.family, plain.suffix_cache, cached.suffix_cache, cached.lookup_tokens) == ("suffix", False, True, 10)
+    caches = BenchSuffixCaches(max_tokens=100)
+    assert caches.get(plain, 0.0) is None
+    cache = caches.get(cached, 0.0)
+    assert caches.get(cached, 0.0) is cache and caches.get(cached, 1.0) is not cache
+    caches.reset()  # a new run: no prompt's own answer is ever in its cache
+    assert caches.get(cached, 0.0) is not cache

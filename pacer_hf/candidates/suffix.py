@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..modeling_lookup_gate import MAX_MATCH_LENGTH, MAX_OCCURRENCES, LookupMatch, feature_rows
-from . import kernels
+from .kernels import FIRST_DOC, NEXT_DOC, OLDEST, START, TOTAL, append_tokens, find_suffix
 
 DEFAULT_MAX_NGRAM = 4  # n-gram orders a cache indexes (the gates search up to 3)
 REQUEST, CACHE = "request", "cache"
@@ -90,33 +90,33 @@ class SuffixStore:
 
     @property
     def live_tokens(self) -> int:
-        return int(self.state[kernels.TOTAL] - self.state[kernels.OLDEST])
+        return int(self.state[TOTAL] - self.state[OLDEST])
 
     @property
     def live_documents(self) -> int:
-        return int(self.state[kernels.NEXT_DOC] - self.state[kernels.FIRST_DOC])
+        return int(self.state[NEXT_DOC] - self.state[FIRST_DOC])
 
     def open_document(self, scope: int = 0) -> int:
         """Start a new document (evicting the oldest one when `max_requests` are held); its number."""
         state = self.state
         if self.live_documents >= self.max_requests:
-            state[kernels.FIRST_DOC] += 1
-            first = state[kernels.FIRST_DOC]
-            nxt = self.docs[first % self.max_requests, kernels.START] if first < state[kernels.NEXT_DOC] else \
-                state[kernels.TOTAL]
-            state[kernels.OLDEST] = max(state[kernels.OLDEST], nxt)
-        doc = int(state[kernels.NEXT_DOC])
-        self.docs[doc % self.max_requests] = (state[kernels.TOTAL], state[kernels.TOTAL], scope)
-        state[kernels.NEXT_DOC] += 1
+            state[FIRST_DOC] += 1
+            first = state[FIRST_DOC]
+            nxt = self.docs[first % self.max_requests, START] if first < state[NEXT_DOC] else \
+                state[TOTAL]
+            state[OLDEST] = max(state[OLDEST], nxt)
+        doc = int(state[NEXT_DOC])
+        self.docs[doc % self.max_requests] = (state[TOTAL], state[TOTAL], scope)
+        state[NEXT_DOC] += 1
         return doc
 
     def append(self, doc: int, tokens: np.ndarray | Sequence[int]) -> None:
         """Append tokens to document `doc`, which must be the newest one."""
-        if doc != self.state[kernels.NEXT_DOC] - 1:
+        if doc != self.state[NEXT_DOC] - 1:
             raise ValueError("SuffixStore.append: only the newest document can grow.")
         new = np.ascontiguousarray(tokens, dtype=np.int64)
         if new.size:
-            kernels.append_tokens(self.tokens, self.doc_of, self.prev, self.heads, self.docs, self.state, new, doc)
+            append_tokens(self.tokens, self.doc_of, self.prev, self.heads, self.docs, self.state, new, doc)
 
     def find(self, query: np.ndarray, max_tokens: int, max_ngram: int, scope: int = 0,
              source: str = REQUEST) -> SuffixMatch | None:
@@ -128,7 +128,7 @@ class SuffixStore:
         tokens = np.empty(max_tokens, dtype=np.int64)
         agreement = np.empty(max_tokens, dtype=np.float32)
         out = self._out
-        kernels.find_suffix(self.tokens, self.doc_of, self.prev, self.heads, self.docs, self.state, query, length,
+        find_suffix(self.tokens, self.doc_of, self.prev, self.heads, self.docs, self.state, query, length,
                             scope, max_tokens, max_ngram, MAX_MATCH_LENGTH, self._hits, tokens, agreement, out)
         if out[0] == 0:
             return None
