@@ -244,7 +244,7 @@ _PROBE_TOLERANCE = {torch.float64: 1e-4, torch.float32: 1e-4}  # relative to the
 def _chunked_forward_mismatch(model) -> str | None:
     """Why logits differ between one forward over a probe text and the same text fed through a cache in
     chunks (8 tokens, then 1, then 3), or None when they agree at every chunk's last position."""
-    vocab = model.get_output_embeddings().weight.shape[0]
+    vocab = model.get_output_embeddings().out_features
     probe = ((torch.arange(12) * 7919 + 13) % vocab)[None].to(model.device)
     try:
         whole = model(input_ids=probe, use_cache=False).logits[0].float()

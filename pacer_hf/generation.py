@@ -297,9 +297,9 @@ def _load_module(name_or_path: str | Path, expected: type | None = None, **kwarg
 
 def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, fix: str) -> None:
     """Refuse a draft whose output rows differ from the target's: token ids must mean the same thing."""
-    target_rows = target.get_output_embeddings().weight.shape[0]
+    target_rows = target.get_output_embeddings().out_features
     draft_head = draft.get_output_embeddings()
-    draft_rows = None if draft_head is None else draft_head.weight.shape[0]
+    draft_rows = None if draft_head is None else draft_head.out_features
     if draft_rows != target_rows:
         raise ValueError(
             f"Draft and target vocabularies differ (draft lm_head has {draft_rows} rows, target {target_rows}): {fix}"

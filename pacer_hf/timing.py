@@ -23,7 +23,7 @@ def cached_forward_timer(
     """A callable returning the seconds of one forward of `width` new tokens after a cached
     `context`-token prefix (batch 1). The cache is cropped back after every call, so repeated calls
     time the same work and can be interleaved across models; CUDA is synchronized around the call."""
-    vocab = model.get_output_embeddings().weight.shape[0]
+    vocab = model.get_output_embeddings().out_features
     generator = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (1, context), generator=generator).to(model.device)
     tokens = torch.randint(0, vocab, (1, width), generator=generator).to(model.device)
@@ -68,7 +68,7 @@ def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedMode
     stop = PacerStoppingCriteria(copy, PacerStats(strategy="timing"))
     if not scorer:
         stop.scorer = None
-    vocab = draft.get_output_embeddings().weight.shape[0]
+    vocab = draft.get_output_embeddings().out_features
     generator = torch.Generator().manual_seed(0)
     tokens = min(8, copy.config.max_draft_tokens)
     hidden = torch.randn(tokens, 1, copy.config.draft_hidden_size, generator=generator).to(copy.device)

@@ -379,7 +379,7 @@ def _extend(phrases, rows: list[_Row], drafted: list[list[int]], qs: list, max_n
         if phrases.config.sampling_pool_q == "none":
             qs[b] = None
         elif qs[b] is not None:
-            vocab = model.get_output_embeddings().weight.shape[0]
+            vocab = model.get_output_embeddings().out_features
             for token in phrase:
                 one_hot = torch.full((1, vocab), float("-inf"))
                 one_hot[0, token] = 0.0

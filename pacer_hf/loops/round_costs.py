@@ -194,7 +194,7 @@ def time_forwards(model: PreTrainedModel, widths: int, context: int = PROBE_CONT
                   budget_s: float = PROBE_BUDGET_S) -> list[float]:
     """Seconds of one cached forward over w = 1..widths new tokens after a `context`-token prefix: every width
     once per pass, as many passes as fit in `budget_s` (at least one, at most PROBE_PASSES), minimum per width."""
-    vocab = model.get_output_embeddings().weight.shape[0]
+    vocab = model.get_output_embeddings().out_features
     generator = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (1, context), generator=generator).to(model.device)
     tokens = torch.randint(0, vocab, (1, widths), generator=generator).to(model.device)

@@ -81,7 +81,7 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
         raise ValueError("measure_loop_costs needs costs.step_seconds: pass the CostModel that measure_costs returned.")
     enabled_here = getattr(target, "_pacer_plain_generate", None) is None
     enable(target)
-    vocab = target.get_output_embeddings().weight.shape[0]
+    vocab = target.get_output_embeddings().out_features
     prompt = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0)).to(target.device)
 
     def timed(tokens: int = new_tokens, **kwargs) -> tuple[float, object]:

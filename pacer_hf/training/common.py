@@ -15,7 +15,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def check_pair(target: PreTrainedModel, draft: PreTrainedModel, tokenizer=None) -> None:
     """Refuse pairs whose vocabularies differ: labels compare token ids, so they must mean the same thing."""
     check_vocabularies(target, draft, "pick a --draft that shares the target's tokenizer.")
-    target_rows = target.get_output_embeddings().weight.shape[0]
+    target_rows = target.get_output_embeddings().out_features
     if tokenizer is not None and len(tokenizer) > target_rows:
         raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the models only {target_rows} output rows: "
                          "pass the --tokenizer of this pair.")

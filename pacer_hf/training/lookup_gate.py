@@ -359,7 +359,7 @@ def run(args) -> int:
         return 0
     options = dict(max_tokens=args.max_tokens, max_ngram=args.max_ngram, epochs=args.epochs, lr=args.lr,
                    batch_size=args.batch_size, seed=args.seed)
-    vocab = None if several else pairs[names[0]].target.get_output_embeddings().weight.shape[0]
+    vocab = None if several else pairs[names[0]].target.get_output_embeddings().out_features
     gate = stage_train(merge(list(examples.values())), work, target_name=" + ".join(TARGETS[n] for n in names),
                        vocab_size=vocab, **options)
     if args.stage == "train":
