@@ -77,15 +77,15 @@ note "tests: $(grep -E '^[0-9]+ (passed|failed|skipped|error)|^=+ .*(passed|fail
 CONFIDENCE=hf-confidence
 "$PY" -c "import sklearn" 2>/dev/null || CONFIDENCE=hf-confidence-static  # the stock schedule re-tunes with sklearn
 if [ "$DEVICE" = cuda ]; then
-    SIZE=(--prompts 2 --runs 2 --max-new-tokens 96) GAMMAS=sd-fixed-2,sd-fixed-4,sd-fixed-6,sd-fixed-8,sd-fixed-10
-    BATCH=(--batch-sizes 1,4,8 --prompts 8 --max-new-tokens 48)
-else
-    SIZE=(--prompts 1 --runs 1 --max-new-tokens 16) GAMMAS=sd-fixed-2,sd-fixed-6
-    BATCH=(--batch-sizes 1,2 --prompts 2 --max-new-tokens 12)
+    SIZE=(--prompts 2 --runs 2 --max-new-tokens 96) CATEGORIES=stdlib-continuation,docstring-to-body,boilerplate
+    GAMMAS=sd-fixed-2,sd-fixed-4,sd-fixed-6,sd-fixed-8,sd-fixed-10 BATCH=(--batch-sizes 1,4,8 --prompts 8 --max-new-tokens 48)
+else  # the dry run: every strategy once, tiny
+    SIZE=(--prompts 1 --runs 1 --max-new-tokens 12 --threads 1) CATEGORIES=stdlib-continuation
+    GAMMAS=sd-fixed-2,sd-fixed-6 BATCH=(--batch-sizes 1,2 --prompts 2 --max-new-tokens 8 --strategies ar,sd-fixed-2,pacer --threads 1)
 fi
 step bench 150 "$OUT/bench.log" "$PY" -m pacer_hf.cli bench --device "$DEVICE" --quick --no-plots --no-progress \
     --strategies "ar,$GAMMAS,hf-heuristic,$CONFIDENCE,pacer,pearl" --temperatures 0 --prompt-tokens 128 \
-    --categories stdlib-continuation,docstring-to-body,boilerplate "${SIZE[@]}" --out "$WORK/bench" --overwrite
+    --categories "$CATEGORIES" "${SIZE[@]}" --out "$WORK/bench" --overwrite
 
 # 4. the batch bench (greedy rows checked identical to the target's own batched generate)
 step batch 60 "$OUT/bench.log" "$PY" -m pacer_hf.cli bench --device "$DEVICE" --no-plots --no-progress \

@@ -17,8 +17,8 @@ from helpers import PROMPT, TEMPERATURE, VOCAB, goodness_of_fit
 import pacer_hf
 
 pytestmark = needs_cuda
-SAMPLES = 300  # per strategy on the sampling pair
-DEMO_SAMPLES = 150  # per strategy on the demo pair
+SAMPLES = 240  # per strategy on the sampling pair
+DEMO_SAMPLES = 120  # per strategy on the demo pair
 DEMO_TEXT = "import os\nimport sys\n\n\ndef main("
 
 
