@@ -16,6 +16,13 @@ from .loops.round_costs import RoundCosts, cached_probe, forward_costs, model_ke
 from .modeling_pacer import PacerPreVerifier
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously: a clock read right after a call that ends
+    without a host read would stop before the work does); nothing to wait for on a CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @torch.no_grad()
 def cached_forward_timer(
     model: PreTrainedModel, width: int, context: int = 32, logits_to_keep: int | None = None
@@ -65,14 +72,15 @@ def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedMode
     config.update(block_size=1, decision_rule="block", threshold=0.0, trim_failed_block=False)
     copy = type(preverifier)(type(preverifier.config)(**config)).to(preverifier.device).eval()
     copy.load_state_dict(preverifier.state_dict())
-    stop = PacerStoppingCriteria(copy, PacerStats(strategy="timing"))
+    # the inputs live where the draft makes them, and the path (compiled or torch) is the one generation takes there
+    stop = PacerStoppingCriteria(copy, PacerStats(strategy="timing"), draft_device=draft.device)
     if not scorer:
         stop.scorer = None
     vocab = draft.get_output_embeddings().out_features
     generator = torch.Generator().manual_seed(0)
     tokens = min(8, copy.config.max_draft_tokens)
-    hidden = torch.randn(tokens, 1, copy.config.draft_hidden_size, generator=generator).to(copy.device)
-    logits = (torch.randn(tokens, 1, vocab, generator=generator) * 3).to(copy.device)
+    hidden = torch.randn(tokens, 1, copy.config.draft_hidden_size, generator=generator).to(draft.device)
+    logits = (torch.randn(tokens, 1, vocab, generator=generator) * 3).to(draft.device)
     ids = logits.argmax(-1, keepdim=True)
 
     def round_() -> None:
@@ -80,7 +88,7 @@ def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedMode
         for i in range(tokens):
             stop.add_token(hidden[i], logits[i], ids[i])
 
-    timed = _cropping_timer(round_, None, 0, copy.device)
+    timed = _cropping_timer(round_, None, 0, draft.device if draft.device.type == "cuda" else copy.device)
     return lambda: timed() / tokens
 
 

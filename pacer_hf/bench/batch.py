@@ -23,6 +23,7 @@ import pacer_hf
 
 from ..loops.batch_cache import left_padded
 from ..strategies.ouroboros import reset_phrase_pool
+from ..timing import synchronize
 from .runner import BenchmarkMismatch, machine_info
 
 BATCH_STRATEGIES = ("ar", "sd-fixed-2", "pacer", "pacer:row", "pacer+ouroboros")
@@ -96,8 +97,10 @@ def run_batch_benchmark(target: PreTrainedModel, draft: PreTrainedModel, preveri
                         _call(target, draft, name, *groups[0], 8, pad_id)
                     seconds, tokens, rows = 0.0, 0, []
                     for ids, mask in groups:
+                        synchronize(target.device)
                         start = time.perf_counter()
                         out = _call(target, draft, name, ids, mask, config.max_new_tokens, pad_id)
+                        synchronize(target.device)
                         seconds += time.perf_counter() - start
                         tokens += generated_tokens(out, ids.shape[1], eos_ids)
                         rows += [row[ids.shape[1]:].tolist() for row in out]

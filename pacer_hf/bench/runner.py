@@ -33,6 +33,7 @@ from ..attached import ATTACHED_SLOTS
 from ..modeling_pacer import PacerPreVerifier
 from ..strategies import OuroborosConfig, strategy_config
 from ..strategies.ouroboros.pool import POOLS_ATTRIBUTE
+from ..timing import synchronize
 from ..training.simulate import CostModel
 from .prompts import CATEGORIES, Prompt
 from .strategies import Strategy, call_context, default_strategy_names, resolve_strategies, sklearn_retuning
@@ -237,8 +238,10 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
     if temperature > 0:
         torch.manual_seed(seed)
     with call_context(strategy, target, draft):  # no inference_mode: PEARL drafts in a thread (mode is per-thread)
+        synchronize(target.device)
         start = time.perf_counter()
         out = target.generate(ids, **kwargs)
+        synchronize(target.device)
         seconds = time.perf_counter() - start
     output = out[0].tolist()
     new_tokens = len(output) - ids.shape[1]

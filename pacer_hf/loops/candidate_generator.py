@@ -39,7 +39,8 @@ class PacerStoppingCriteria(StoppingCriteria):
     With `trim_failed_block` (greedy only) `trim` says how many trailing tokens to drop instead.
     """
 
-    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None):
+    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None,
+                 draft_device: torch.device | None = None):
         self.preverifier = preverifier.eval()
         self.costs = costs  # expected_gain: what a round drafting k tokens costs here (else the config's calibration)
         self.block_size = preverifier.config.block_size
@@ -47,7 +48,10 @@ class PacerStoppingCriteria(StoppingCriteria):
         self.stats = stats
         from .preverifier_kernel import round_scorer  # numba, imported when Pacer first runs
 
-        self.scorer = round_scorer(preverifier)  # CPU: compiled, token by token; None: the torch forward, block by block
+        # CPU: compiled, token by token; None: the torch forward, block by block. The compiled scorer reads the draft's
+        # tensors as numpy arrays, so a draft elsewhere (CUDA) takes the torch path even with a pre-verifier on CPU.
+        on_cpu = draft_device is None or torch.device(draft_device).type == "cpu"
+        self.scorer = round_scorer(preverifier) if on_cpu else None
         self.hidden: list[torch.Tensor] = []  # the current block's inputs only
         self.features: list[torch.Tensor] = []
         self.past = None  # the pre-verifier's keys/values over the round's earlier blocks (torch path)

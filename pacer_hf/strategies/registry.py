@@ -89,7 +89,8 @@ class StrategyContext:
             prior = [calibrated_round_time(calibration)(k) for k in range(max_tokens + 1)] if calibration else None
             costs = draft_costs(self.model, self.draft, self.preverifier, max_tokens, self.costs, prior)
             stats.use_costs(costs)
-        return PacerStoppingCriteria(self.preverifier, stats, costs)
+        draft_device = self.draft.device if self.draft is not None else None
+        return PacerStoppingCriteria(self.preverifier, stats, costs, draft_device=draft_device)
 
 
 @dataclass(frozen=True)
