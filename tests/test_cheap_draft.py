@@ -82,3 +82,19 @@ def test_restricted_draft_keeps_the_target_distribution(sampling_pair):
     assert sum(accepted) > 0
     assert goodness_of_fit(first, p1) > 1e-3
     assert goodness_of_fit(joint, p12) > 1e-3
+
+
+def test_apply_cheap_draft_reads_the_shipped_choice(qwen_pair, tmp_path):
+    import json
+
+    from pacer_hf.cheap_draft import CHEAP_DRAFT_FILE, apply_cheap_draft
+
+    _, draft = qwen_pair
+    (tmp_path / "vocabulary.json").write_text(json.dumps([0, 5, 7]))
+    (tmp_path / CHEAP_DRAFT_FILE).write_text(json.dumps({"vocabulary": "vocabulary.json", "int8": True}))
+    cheap = apply_cheap_draft(copy.deepcopy(draft), tmp_path)
+    assert isinstance(cheap.lm_head, SubsetHead) and cheap.lm_head.token_ids.tolist() == [0, 5, 7]
+    assert type(cheap.model.layers[0].self_attn.q_proj) is not torch.nn.Linear
+    (tmp_path / CHEAP_DRAFT_FILE).write_text(json.dumps({"int8": True, "bits": 4}))
+    with pytest.raises(ValueError, match=r"unknown keys \['bits'\]"):
+        apply_cheap_draft(copy.deepcopy(draft), tmp_path)
