@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 import pacer_hf
-from pacer_hf.bench.prompts import CATEGORIES, build_prompts
+from pacer_hf.data.prompts import CATEGORIES, build_prompts
 from pacer_hf.loops import preverifier_kernel
 from pacer_hf.loops.preverifier_kernel import CompiledRoundScorer
 from pacer_hf.modeling_pacer import expected_gain_continues

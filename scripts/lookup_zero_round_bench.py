@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 import pacer_hf
-from pacer_hf.bench.chat_prompts import chat_prompts
+from pacer_hf.data.chat_prompts import chat_prompts
 from pacer_hf.loops.round_costs import processor_name
 from pacer_hf.pairs import load_pair
 

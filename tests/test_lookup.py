@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import pacer_hf
 import pacer_hf.pairs
 from pacer_hf.modeling_lookup_gate import find_lookup, lookup_features
-from pacer_hf.training import lookup_gate as trainer
+from pacer_hf.recipes import lookup_gate as trainer
 
 REPEATING = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7, 8, 40, 41, 5, 6]])  # text with repeated n-grams
 
@@ -382,7 +382,7 @@ def test_default_gate_is_shipped_with_its_card_and_no_cost_table():
     """hub_cards/default-lookup-gate: trained on two targets' answers, no training machine's costs (generate
     measures them), and its card is what the trainer writes from its config."""
     from pacer_hf._paths import hub_cards_dir
-    from pacer_hf.training.lookup_gate_card import write_card
+    from pacer_hf.recipes.lookup_gate_card import write_card
 
     gate = pacer_hf.default_lookup_gate()
     assert gate is pacer_hf.default_lookup_gate(), "loaded once per process"
@@ -403,7 +403,7 @@ def test_default_gate_is_shipped_with_its_card_and_no_cost_table():
 
 def test_stdlib_prompts_never_come_from_benchmark_files():
     from pacer_hf._paths import hub_cards_dir
-    from pacer_hf.bench.prompts import pair_held_out_files, stdlib_test_files
+    from pacer_hf.data.prompts import pair_held_out_files, stdlib_test_files
 
     splits = hub_cards_dir() / "demo-target" / "corpus_splits.json"
     tokenizer = pacer_hf.pairs.load_demo_pair(hub_cards_dir())[2]

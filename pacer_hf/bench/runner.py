@@ -30,11 +30,11 @@ import pacer_hf
 
 from .._hf_compat import CACHE_KWARG
 from ..attached import ATTACHED_SLOTS
+from ..data.prompts import CATEGORIES, Prompt
 from ..modeling_pacer import PacerPreVerifier
 from ..strategies import OuroborosConfig, strategy_config
 from ..strategies.ouroboros.pool import POOLS_ATTRIBUTE
 from ..training.simulate import CostModel
-from .prompts import CATEGORIES, Prompt
 from .strategies import Strategy, call_context, default_strategy_names, resolve_strategies, sklearn_retuning
 
 SCHEMA = 1  # bump when results.json records change meaning

@@ -187,7 +187,7 @@ def calibrate_preverifier(preverifier: PacerPreVerifier, traces, costs: CostMode
 
 def validate(target, draft, preverifier: PacerPreVerifier, report: dict, args: argparse.Namespace) -> dict:
     """Time the chosen setting next to fixed γ in real generate calls on held-out prompts; print both views."""
-    from .common import load_tokenizer
+    from ..loading import load_tokenizer
 
     tokenizer = load_tokenizer(args.tokenizer or args.target)
     with open(args.validate_prompts, encoding="utf-8") as handle:
@@ -260,7 +260,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @cli_errors("calibrate")
 def run(args: argparse.Namespace) -> int:
     from ..generation import load_preverifier
-    from .common import load_causal_lm
+    from ..loading import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -16,8 +16,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from ..loading import model_name
 from ..modeling_pacer import draft_features, draft_signature, loop_features
-from .collect import (
+from .collect import draft_rollout
+from .traces import (
     FORMAT_VERSION,
     CollectConfig,
     _digest,
@@ -26,9 +28,7 @@ from .collect import (
     _open_shards,
     _save_shard,
     _shard_done,
-    draft_rollout,
 )
-from .common import model_name
 
 
 def collect_along_answers(

@@ -51,7 +51,7 @@ def smollm2_prompts(tokenizer, plan: dict[str, int] = CATEGORY_PLAN, max_tokens:
                     seed: int = 0) -> list[tuple[str, str, list[int]]]:
     """(key, category, prompt ids) of TRAIN-split chat prompts, `plan[category]` of each (fewer where a
     split runs out)."""
-    from ..bench.chat_prompts import chat_prompts
+    from ..data.chat_prompts import chat_prompts
 
     out = []
     for category, n in plan.items():
@@ -200,7 +200,7 @@ def run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m pacer_hf.training.smollm2_draft", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pacer_hf.recipes.smollm2_draft", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     return run(parser.parse_args(argv))

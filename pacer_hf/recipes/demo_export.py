@@ -1,6 +1,6 @@
 """The demo-pair build's last stage: evaluate the pair and write the two Hub folders with model cards.
 
-Stage `export` of `pacer-hf build-demo-pair` (pacer_hf.training.demo_pair): held-out losses, greedy
+Stage `export` of `pacer-hf build-demo-pair` (pacer_hf.recipes.demo_pair): held-out losses, greedy
 agreement, decode step costs, oracle draft lengths, then bf16 safetensors, tokenizer, generation config,
 corpus_splits.json and a model card (every number from this build's report.json) per model.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..bench.prompts import humaneval_prompts
+from ..data.prompts import humaneval_prompts
 from ..timing import cached_forward_timer
 from .demo_data import SPLITS_FILE, Blocks, load_stage_model, require_stage, update_report
 
