@@ -282,7 +282,7 @@ class PacerPreVerifier(PreTrainedModel):
         sent whole (stop-only, exact under sampling) unless `trim_failed_block`, which drops its tokens
         from the first one predicted below `trim_cutoff`. Plain Python on the host: no device round trip.
         `costs` (expected_gain): the cost model measured where the call runs (`{"round_cost": [...]}`, see
-        `loops/round_costs.py`); without it, `config.calibration` (the machine that calibrated it).
+        `costs/round_costs.py`); without it, `config.calibration` (the machine that calibrated it).
         """
         config = self.config
         values = token_logits.float().tolist() if isinstance(token_logits, torch.Tensor) else token_logits

@@ -1,4 +1,6 @@
-"""The package stays straight: no import cycle between pacer_hf modules, no module past 450 lines."""
+"""The package stays straight: no import cycle between pacer_hf modules nor between its folders (function-local
+imports counted), none between bench/ and training/, the vLLM proposer free of bench/, costs measured in costs/,
+no module past 400 lines and no function past 80."""
 
 from __future__ import annotations
 
@@ -66,6 +68,47 @@ def test_no_import_cycle_inside_the_package():
     graph = {name: imports_of(name, path, set(found)) for name, path in found.items()}
     assert graph["pacer_hf.generation"] >= {"pacer_hf.strategies", "pacer_hf.loops.lean_loop"}, "the walk sees imports"
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def unit(name: str) -> str:
+    """The folder a module lives in (`pacer_hf.loops.lean_loop` -> "loops"), or the top-level module's own name."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "pacer_hf"
+
+
+def folder_graph() -> dict[str, set[str]]:
+    found = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in found.items():
+        for imported in imports_of(name, path, set(found)):
+            if unit(imported) != unit(name):
+                graph.setdefault(unit(name), set()).add(unit(imported))
+                graph.setdefault(unit(imported), set())
+    return graph
+
+
+def test_folders_import_downward_only():
+    """No cycle between folders (and top-level modules), function-local imports included."""
+    graph = folder_graph()
+    assert graph["bench"] >= {"data", "costs"} and "loops" in graph["strategies"], "the walk sees folder imports"
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_bench_and_training_do_not_import_each_other():
+    graph = folder_graph()
+    assert "training" not in graph["bench"] and "bench" not in graph["training"]
+
+
+def test_costs_sit_below_the_loops_and_strategies():
+    graph = folder_graph()
+    assert not graph["costs"] & {"loops", "strategies", "generation", "training", "bench", "recipes", "vllm"}
+    assert "timing" not in graph, "cost measurement lives in pacer_hf.costs"
+
+
+def test_vllm_proposer_imports_nothing_from_bench():
+    found = modules()
+    name = "pacer_hf.vllm.proposer"
+    assert not {unit(m) for m in imports_of(name, found[name], set(found))} & {"bench", "recipes", "training"}
 
 
 def test_the_cycle_finder_finds_a_cycle():

@@ -25,7 +25,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..training.simulate import CostModel
+from ..costs import CostModel
 from .strategies import Strategy, is_lookup_fixed, sklearn_retuning
 
 RECORD_KEYS = ("strategy", "category", "temperature", "tokens_per_s", "speedup_vs_ar", "tau", "alpha",

@@ -31,6 +31,7 @@ from transformers import (
 from transformers.generation import GenerateDecoderOnlyOutput
 
 from .._hf_compat import CACHE_KWARG, eos_tensor
+from ..costs import BatchClock as _Clock  # a module global: tests swap in fixed costs
 from ..modeling_pacer import PacerPreVerifier, draft_features
 from ..stats import PacerStats
 from .batch_cache import RowCache, draft_row_cache
@@ -105,33 +106,6 @@ def _row_processors(processors: LogitsProcessorList, batch: int) -> list[LogitsP
             else:
                 row.append(processor)
     return rows
-
-
-class _Clock:
-    """This call's measured costs, for the batch-wide stop: seconds of a verify forward as a line in the
-    tokens it verifies (least squares over the timed rounds), of a lockstep draft step, of a pre-verifier call."""
-
-    def __init__(self):
-        self.sums = [0, 0.0, 0.0, 0.0, 0.0]  # n, Σx, Σy, Σxx, Σxy over (tokens, seconds) of verify forwards
-        self.widths: set[int] = set()
-        self.draft_step = self.preverifier_call = None
-
-    def verify(self, tokens: int, seconds: float) -> None:
-        n, sx, sy, sxx, sxy = self.sums
-        self.sums = [n + 1, sx + tokens, sy + seconds, sxx + tokens * tokens, sxy + tokens * seconds]
-        self.widths.add(tokens)
-
-    @staticmethod
-    def average(old: float | None, seconds: float) -> float:
-        return seconds if old is None else 0.8 * old + 0.2 * seconds
-
-    def ready(self) -> bool:
-        return len(self.widths) >= 2 and self.draft_step is not None and self.preverifier_call is not None
-
-    def verify_seconds(self, tokens: int) -> float:
-        n, sx, sy, sxx, sxy = self.sums
-        slope = max(0.0, (n * sxy - sx * sy) / max(n * sxx - sx * sx, 1e-12))
-        return (sy - slope * sx) / n + slope * tokens
 
 
 def batch_continues(probs: list[list[float]], open_rows: list[bool], block_size: int, max_tokens: int,

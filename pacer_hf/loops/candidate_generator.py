@@ -21,7 +21,7 @@ from ..stats import PacerStats
 from .draft_forwards import choose_draft_forward
 
 if TYPE_CHECKING:
-    from .round_costs import RoundCosts
+    from ..costs import RoundCosts
 
 
 def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, target_scores: torch.Tensor) -> list[float]:

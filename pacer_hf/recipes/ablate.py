@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..training.calibrate import measure_costs
+from ..loops.probes import measure_costs
 from ..training.collect import load_traces
 from ..training.simulate import (
     CostModel,

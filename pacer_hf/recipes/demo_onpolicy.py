@@ -378,7 +378,8 @@ def _train_and_ship(args: argparse.Namespace, target, draft, traces: dict, train
     chosen on half of the held-out answers and reported on the other half; the Hub folder with its card."""
     from ..generation import load_preverifier
     from ..hub.publish import build_preverifier_repo
-    from ..training.calibrate import calibrate_preverifier, format_table, measure_costs, measure_loop_costs
+    from ..loops.probes import measure_costs
+    from ..training.calibrate import calibrate_preverifier, format_table, measure_loop_costs
     from ..training.collect import load_traces
     from ..training.train import split_by_text, train_preverifier
 

@@ -212,7 +212,7 @@ def measure_round_cost(target, max_tokens: int, context: int = 400, repeats: int
     """Proposing k = 0..max_tokens lookup tokens costs a target forward of k + 1 tokens after a cached
     `context`-token prefix: calibrate's measured verify costs (interleaved medians, no draft), as ms and
     relative to one token (`round_cost`)."""
-    from ..training.calibrate import measure_costs
+    from ..loops.probes import measure_costs
 
     costs = measure_costs(target, None, context=context, max_k=max_tokens, repeats=repeats)
     return {"verify_ms": [round(1000 * costs.step_seconds * v, 2) for v in costs.verify_cost],

@@ -249,18 +249,12 @@ def median(values):
 
 def step_costs(target, draft, repeats: int = 30, context: int = 128) -> dict:
     """Median ms of a draft step (pacer_hf's drafting forward) and of target forwards of 1 and 4 tokens."""
-    from ..timing import cached_forward_timer, draft_step_timer
+    from ..costs import cached_forward_timer, interleaved
+    from ..loops.probes import draft_step_timer
 
     timers = {"draft_ms": draft_step_timer(draft, context), "target_ms": cached_forward_timer(target, 1, context),
               "verify4_ms": cached_forward_timer(target, 4, context)}
-    times = {k: [] for k in timers}
-    for _ in range(3):
-        for timer in timers.values():
-            timer()
-    for _ in range(repeats):
-        for name, timer in timers.items():
-            times[name].append(1000 * timer())
-    out = {k: round(median(v), 2) for k, v in times.items()}
+    out = {k: round(1000 * v, 2) for k, v in interleaved(timers, repeats, warmup=3, reduce=median).items()}
     out["c"] = round(out["draft_ms"] / out["target_ms"], 3)
     return out
 

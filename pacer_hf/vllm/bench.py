@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..loops.round_costs import cpu_name
+from ..costs import cpu_name
 from .environment import check_environment
 from .proposer import STATS_ENV
 

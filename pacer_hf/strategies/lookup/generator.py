@@ -9,8 +9,8 @@ import torch
 from transformers import GenerationConfig
 
 from ..._hf_compat import CandidateGenerator
+from ...costs import RoundCosts
 from ...loops.candidate_generator import PacerCandidateGenerator
-from ...loops.round_costs import RoundCosts
 from ...modeling_lookup_gate import PacerLookupGate, feature_rows, find_lookup
 from ...stats import PacerStats
 
