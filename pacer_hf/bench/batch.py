@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 
 import pacer_hf
 
+from .._hf_compat import eos_ids as _eos_ids
 from ..loops.batch_cache import left_padded
 from ..strategies.ouroboros import reset_phrase_pool
 from .runner import BenchmarkMismatch, machine_info
@@ -74,8 +75,7 @@ def run_batch_benchmark(target: PreTrainedModel, draft: PreTrainedModel, preveri
     pacer_hf.enable(target)
     if preverifier is not None:
         pacer_hf.attach(draft, preverifier)
-    eos = target.generation_config.eos_token_id
-    eos_ids = set() if eos is None else set(torch.as_tensor(eos).flatten().tolist())
+    eos_ids = _eos_ids(target.generation_config.eos_token_id)
     widest = max(config.batch_sizes)
     calls = []
     steps = len(prompts) * config.runs * len(config.batch_sizes) * len(config.strategies)

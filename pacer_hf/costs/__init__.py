@@ -26,6 +26,7 @@ from .measure import (
 )
 from .round_costs import (
     COST_MODES,
+    RoundClock,
     RoundCosts,
     cached_probe,
     check_cost_mode,
@@ -36,6 +37,6 @@ from .round_costs import (
 )
 from .step_costs import BatchClock, StepCosts
 
-__all__ = ["COST_MODES", "BatchClock", "CostModel", "RoundCosts", "StepCosts", "cached_forward_timer", "cached_probe",
+__all__ = ["COST_MODES", "BatchClock", "CostModel", "RoundClock", "RoundCosts", "StepCosts", "cached_forward_timer", "cached_probe",
            "check_cost_mode", "cpu_name", "fastest", "fit_probe", "forward_costs", "interleaved", "lookup_costs",
            "model_key", "processor_name", "resolve_costs", "time_forwards", "timer"]

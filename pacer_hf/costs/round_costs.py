@@ -112,6 +112,24 @@ class RoundCosts:
                 "fit": {"scale": round(scale, 4), "offset_ms": round(1000 * offset, 3)}, **self.describe}
 
 
+class RoundClock:
+    """A candidate generator's round timing for its `RoundCosts`: from handing out the candidates (`handed_out`)
+    to the verdict (`verdict`). The call's first round, which also reads the prompt, is handed out untimed."""
+
+    def __init__(self, costs: RoundCosts | None):
+        self.costs = costs
+        self.start: float | None = None
+        self.proposed = 0  # tokens proposed by the round in flight
+
+    def handed_out(self, proposed: int, start: float | None) -> None:
+        self.start, self.proposed = start, proposed
+
+    def verdict(self) -> None:
+        if self.start is not None and self.costs is not None:
+            self.costs.observe(self.proposed, time.perf_counter() - self.start)
+        self.start = None
+
+
 def fit_probe(probe: list[float], samples) -> tuple[float, float]:
     """(a, b) with a > 0, b >= 0 minimising sum_k n_k (median_k - a * probe[k] - b)^2 over the observed lengths k
     (n_k rounds, median_k their median seconds); one length alone, or a fit that would need b < 0, gives b = 0."""

@@ -30,9 +30,9 @@ from transformers import (
 )
 from transformers.generation import GenerateDecoderOnlyOutput
 
-from .._hf_compat import CACHE_KWARG, eos_tensor
+from .._hf_compat import CACHE_KWARG, eos_ids, eos_tensor
 from ..costs import BatchClock as _Clock  # a module global: tests swap in fixed costs
-from ..modeling_pacer import PacerPreVerifier, draft_features
+from ..modeling_pacer import PacerPreVerifier, draft_features, rows_continue
 from ..stats import PacerStats
 from .batch_cache import RowCache, draft_row_cache
 from .candidate_generator import next_round_loop
@@ -110,29 +110,10 @@ def _row_processors(processors: LogitsProcessorList, batch: int) -> list[LogitsP
 
 def batch_continues(probs: list[list[float]], open_rows: list[bool], block_size: int, max_tokens: int,
                     seconds) -> bool:
-    """Pacer's expected-gain rule for a padded batch (`pacer_batch_stop="batch"`): one more block widens
-    every row's verify slot, paid whether a row fills it or not, so the rows draft on together while some
-    longer round is expected to yield more tokens, summed over the rows, per second (`seconds(n)`: a
-    round of n drafted tokens). Rows that cannot draft on (EOS, length limit) count as they are."""
-    n = max(len(p) for p in probs)
-    survival, future, tokens = [], [], 0.0
-    for p, open_row in zip(probs, open_rows):
-        alive = 1.0
-        tokens += 1.0
-        for x in p:
-            alive *= x
-            tokens += alive
-        survival.append(alive if open_row else 0.0)
-        future.append(sum(p[-block_size:]) / max(len(p[-block_size:]), 1))
-    rate_now = tokens / seconds(n)
-    for extra in range(1, (max_tokens - n) // block_size + 1):
-        for _ in range(block_size):
-            for b in range(len(survival)):
-                survival[b] *= future[b]
-                tokens += survival[b]
-        if tokens / seconds(n + extra * block_size) > rate_now:
-            return True
-    return False
+    """Pacer's expected-gain rule for a padded batch (`pacer_batch_stop="batch"`): the single-row rule generalised
+    to rows drafting together (`modeling_pacer.rows_continue`), `seconds(n)` the time of a round of n drafted
+    tokens."""
+    return rows_continue(probs, open_rows, block_size, max_tokens, seconds)
 
 
 class _Stopper:
@@ -262,8 +243,7 @@ def batched_assisted_decoding(
     mask = model_kwargs.get("attention_mask")  # generate drops a mask of all ones
     pads = [0] * input_ids.shape[0] if mask is None else (mask == 0).sum(1).tolist()
     target_cache = RowCache.for_model(model, model_kwargs[CACHE_KWARG], len(pads), device)
-    eos = eos_tensor(config)
-    eos_ids = set() if eos is None else set(eos.flatten().tolist())
+    eos_set = eos_ids(eos_tensor(config))
     pad_id = getattr(config, "_pad_token_tensor", None)
     pad_id = int(pad_id) if pad_id is not None else 0
     max_new = config.max_length - input_ids.shape[1]
@@ -278,10 +258,10 @@ def batched_assisted_decoding(
     active = list(rows)
     while active:
         budgets = [min(plan.max_draft_tokens, max_new - row.generated - 1) for row in active]
-        drafted, qs = _draft_round(plan, draft_cache, active, budgets, processors, config, eos_ids, stopper, clock)
+        drafted, qs = _draft_round(plan, draft_cache, active, budgets, processors, config, eos_set, stopper, clock)
         from_draft = [len(tokens) for tokens in drafted]
         if plan.phrases is not None:
-            _extend(plan.phrases, active, drafted, qs, max_new, eos_ids, config, model)
+            _extend(plan.phrases, active, drafted, qs, max_new, eos_set, config, model)
         held = target_cache.held()
         # right-aligned (but for windowed models), so the first round's block is the left-padded prompt plus drafts
         blocks = [row.ids[row.pad + h:] + d for row, h, d in zip(active, held, drafted)]
@@ -294,7 +274,7 @@ def batched_assisted_decoding(
         stats.target_forwards += 1
         finished = [b for b, row in enumerate(active)
                     if _settle(row, drafted[b], from_draft[b], qs[b], logits[b, width - len(drafted[b]) - 1:],
-                               processors[row.index], plan, config, stats, max_new, eos_ids, stopping_criteria,
+                               processors[row.index], plan, config, stats, max_new, eos_set, stopping_criteria,
                                keep_scores, keep_logits)]
         kept = [b for b in range(len(active)) if b not in finished]
         active = [active[b] for b in kept]

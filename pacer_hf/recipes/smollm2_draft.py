@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from .._hf_compat import eos_ids as _eos_ids
 from ..loops.batch_cache import left_padded
 from .smollm2_draft_train import read_records
 
@@ -118,8 +119,7 @@ def stage_responses(target, tokenizer, prompts: list[tuple[str, str, list[int]]]
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
     done = {r["key"] for r in records}
     todo = [b for b in batches([p for p in prompts if p[0] not in done], batch_size)]
-    eos = target.generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+    eos_ids = _eos_ids(target.generation_config.eos_token_id)
     pad_id = getattr(tokenizer, "pad_token_id", None)
     pad_id = pad_id if pad_id is not None else min(eos_ids or {0})
     tokens = sum(len(r["response"]) for r in records)

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from .._hf_compat import CACHE_KWARG, output_cache
+from .._hf_compat import eos_ids as _eos_ids
 from ..loading import check_pair, load_causal_lm, load_tokenizer, model_name
 from ..modeling_pacer import draft_features, draft_signature
 from .common import cli_errors
@@ -225,8 +226,7 @@ def collect(
     shards = [units[i:i + config.shard_size] for i in range(0, len(units), config.shard_size)]
     manifest, shard_dir, done = _open_shards(out, run, overwrite, len(shards), label_kind=config.label_kind,
                                              num_texts=len(token_ids), num_units=len(units))
-    eos = draft.generation_config.eos_token_id if getattr(draft, "generation_config", None) else None
-    eos_ids = set() if eos is None else {int(t) for t in torch.as_tensor(eos).flatten().tolist()}
+    eos_ids = _eos_ids(draft.generation_config.eos_token_id if getattr(draft, "generation_config", None) else None)
     features = _features(config.max_draft_tokens, hidden_size)
     bar = tqdm(total=len(units), initial=sum(len(shards[k]) for k in done), unit="pos", desc="collect",
                disable=not progress, dynamic_ncols=True)
