@@ -67,6 +67,7 @@ __all__ = [
     "check_supported",
     "crop_cache",
     "default_candidate_generator",
+    "eos_ids",
     "eos_tensor",
     "gather_cache_slots",
     "new_cache",
@@ -128,6 +129,12 @@ def speculative_sampling(
 def eos_tensor(generation_config: GenerationConfig) -> torch.Tensor | None:
     """The EOS ids `generate` prepared (`_prepare_special_tokens`), the tensor its stopping criteria use."""
     return getattr(generation_config, "_eos_token_tensor", None)
+
+
+def eos_ids(eos) -> set[int]:
+    """The EOS ids as a set of ints, from what holds them: None, an id, a list of ids, or a tensor (`eos_tensor`).
+    The one place every loop, generator and collector reads its EOS set from."""
+    return set() if eos is None else {int(t) for t in torch.as_tensor(eos).flatten().tolist()}
 
 
 def output_cache(output) -> Cache | None:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 COMMANDS = {
     "demo": "pacer_hf.demo",
-    "build-demo-pair": "pacer_hf.training.demo_pair",
-    "build-draft": "pacer_hf.training.smollm2_draft",
-    "train-lookup-gate": "pacer_hf.training.lookup_gate",
+    "build-demo-pair": "pacer_hf.recipes.demo_pair",
+    "build-draft": "pacer_hf.recipes.smollm2_draft",
+    "train-lookup-gate": "pacer_hf.recipes.lookup_gate",
     "push": "pacer_hf.hub.push",
     "push-generate": "pacer_hf.hub.push_generate",
     "collect": "pacer_hf.training.collect",

@@ -22,11 +22,11 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from ._hf_compat import batch_row_cache, check_cache_support, check_supported, default_candidate_generator
 from .attached import attached_preverifier, default_lookup_gate, require_attached
+from .costs import check_cost_mode
 from .loops.batch_cache import check_batch_memory
 from .loops.batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
 from .loops.draft_forwards import DRAFT_FORWARDS
 from .loops.lean_loop import lean_assisted_decoding
-from .loops.round_costs import check_cost_mode
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
 from .stats import PacerStats

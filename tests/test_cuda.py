@@ -144,7 +144,7 @@ def test_window_and_moe_families_exact(family):
 def test_round_cost_probe_waits_for_the_device(monkeypatch, tmp_path):
     """The probe's timings synchronize CUDA around every timed forward, and what a call decided by expected gain
     reports was measured on the device."""
-    from pacer_hf.loops import round_costs
+    from pacer_hf.costs import measure, round_costs
 
     monkeypatch.setattr(round_costs, "_PROCESS", {})
     monkeypatch.setattr(round_costs, "_FORWARDS", {})
@@ -152,7 +152,7 @@ def test_round_cost_probe_waits_for_the_device(monkeypatch, tmp_path):
     target, draft = config_pair("llama", "noisy", torch.float32)
     synced, real = [], torch.cuda.synchronize
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: (synced.append(1), real(*a, **k))[1])
-    seconds = round_costs.time_forwards(target, 4, budget_s=0.5)
+    seconds = measure.time_forwards(target, 4, budget_s=0.5)
     assert len(seconds) == 4 and all(0 < s < 1 for s in seconds)
     if DEVICE == "cuda":
         assert len(synced) >= 2 * 5, "two synchronizations per timed forward (warm-up included)"

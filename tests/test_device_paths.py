@@ -41,11 +41,11 @@ def test_torch_path_scores_like_the_compiled_one():
 
 
 def test_bench_clock_synchronizes_cuda(monkeypatch):
-    from pacer_hf import timing
+    from pacer_hf import costs
 
     calls = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
-    timing.synchronize(torch.device("cpu"))
+    costs.synchronize(torch.device("cpu"))
     assert calls == []
-    timing.synchronize(torch.device("cuda:0"))
+    costs.synchronize(torch.device("cuda:0"))
     assert calls == [torch.device("cuda:0")]

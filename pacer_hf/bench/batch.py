@@ -21,9 +21,10 @@ from transformers import PreTrainedModel
 
 import pacer_hf
 
+from .._hf_compat import eos_ids as _eos_ids
+from ..costs import synchronize
 from ..loops.batch_cache import left_padded
 from ..strategies.ouroboros import reset_phrase_pool
-from ..timing import synchronize
 from .runner import BenchmarkMismatch, machine_info
 
 BATCH_STRATEGIES = ("ar", "sd-fixed-2", "pacer", "pacer:row", "pacer+ouroboros")
@@ -75,8 +76,7 @@ def run_batch_benchmark(target: PreTrainedModel, draft: PreTrainedModel, preveri
     pacer_hf.enable(target)
     if preverifier is not None:
         pacer_hf.attach(draft, preverifier)
-    eos = target.generation_config.eos_token_id
-    eos_ids = set() if eos is None else set(torch.as_tensor(eos).flatten().tolist())
+    eos_ids = _eos_ids(target.generation_config.eos_token_id)
     widest = max(config.batch_sizes)
     calls = []
     steps = len(prompts) * config.runs * len(config.batch_sizes) * len(config.strategies)

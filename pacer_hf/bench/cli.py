@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._paths import hub_cards_dir
+from ..data.prompts import CATEGORIES, CHAT_CATEGORIES, check_categories
 from ..pairs import PAIRS
-from .prompts import CATEGORIES, CHAT_CATEGORIES, check_categories
 from .strategies import Strategy, available_strategy_names, default_strategy_names, resolve_strategies
 
 DEMO = {role: hub_cards_dir() / f"demo-{role}" for role in ("target", "draft", "preverifier", "preverifier-sampling")}
@@ -162,7 +162,7 @@ def _load_named_pair(args: argparse.Namespace):
     import pacer_hf
     from pacer_hf.pairs import load_pair
 
-    from ..training.common import DTYPES
+    from ..loading import DTYPES
 
     pair = load_pair(args.pair, dtype=DTYPES[args.dtype])
     if pair.draft is None:
@@ -183,8 +183,8 @@ def _run(args: argparse.Namespace, report) -> int:
 
     import pacer_hf
 
-    from ..training.common import check_pair, load_causal_lm, load_tokenizer
-    from .prompts import build_prompts
+    from ..data.prompts import build_prompts
+    from ..loading import check_pair, load_causal_lm, load_tokenizer
     from .runner import BenchConfig, BenchmarkMismatch, run_benchmark
 
     preset = QUICK if args.quick else FULL
@@ -277,12 +277,12 @@ def _run(args: argparse.Namespace, report) -> int:
     prompts, origin = build_prompts(plain, encode, config.prompts_per_category, config.prompt_tokens,
                                     args.heldout_files, target_path) if plain else ({}, "")
     if len(plain) < len(categories):
-        from .chat_prompts import chat_prompts
+        from ..data.chat_prompts import chat_prompts
 
         for category in categories:
             if category in CHAT_CATEGORIES:
                 prompts[category] = chat_prompts(tokenizer, category, "bench", n=config.prompts_per_category)
-        origin = "; ".join(filter(None, [origin, "chat prompts: bench split of pacer_hf.bench.chat_prompts"]))
+        origin = "; ".join(filter(None, [origin, "chat prompts: bench split of pacer_hf.data.chat_prompts"]))
     if batch_sizes:
         return _run_batches(args, target, draft, preverifier, tokenizer, prompts, config, batch_sizes, strategies)
     try:

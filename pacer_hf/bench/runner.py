@@ -30,12 +30,11 @@ import pacer_hf
 
 from .._hf_compat import CACHE_KWARG
 from ..attached import ATTACHED_SLOTS
+from ..costs import CostModel, synchronize
+from ..data.prompts import CATEGORIES, Prompt
 from ..modeling_pacer import PacerPreVerifier
 from ..strategies import OuroborosConfig, strategy_config
 from ..strategies.ouroboros.pool import POOLS_ATTRIBUTE
-from ..timing import synchronize
-from ..training.simulate import CostModel
-from .prompts import CATEGORIES, Prompt
 from .strategies import Strategy, call_context, default_strategy_names, resolve_strategies, sklearn_retuning
 
 SCHEMA = 1  # bump when results.json records change meaning
@@ -333,7 +332,7 @@ def run_benchmark(
     if not any(prompts.values()):
         raise ValueError("No prompts to run.")
     if costs is None:
-        from ..training.calibrate import measure_costs
+        from ..loops.probes import measure_costs
 
         max_gamma = max([s.gamma or 0 for s in strategies] + [16])
         costs = measure_costs(target, draft, context=min(128, config.prompt_tokens), max_k=max_gamma,

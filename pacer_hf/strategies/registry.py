@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 from transformers import PreTrainedModel
 
 from ..loops.candidate_generator import PacerStoppingCriteria
+from ..loops.probes import draft_costs
 from ..modeling_lookup_gate import PacerLookupGate
 from ..modeling_pacer import PacerPreVerifier, calibrated_round_time
 from ..stats import PacerStats
-from ..timing import draft_costs
 
 
 class StrategyConfig:
@@ -80,7 +80,7 @@ class StrategyContext:
 
     def preverifier_stop(self, stats: PacerStats, max_tokens: int) -> PacerStoppingCriteria | None:
         """The pre-verifier as the drafting stop criterion (None without one); an expected-gain rule decides
-        with this machine's round costs (`loops/round_costs.py`), reported in `stats.costs` when the call ends."""
+        with this machine's round costs (`costs/round_costs.py`), reported in `stats.costs` when the call ends."""
         if self.preverifier is None:
             return None
         costs = None
