@@ -29,10 +29,14 @@ T0=$(date +%s)
 : >"$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 
+# GPU_CHECK_STEPS picks steps (default all: "tests bench batch"), e.g. the benches alone on a second run.
+STEPS=" ${GPU_CHECK_STEPS:-tests bench batch} "
+
 # step NAME SECONDS LOG CMD...: run CMD under a timeout, output appended to LOG; record its status and time.
 step() {
     local name=$1 limit=$2 log=$3 start rc
     shift 3
+    case "$STEPS" in *" $name "*) ;; *) note "step $name: skipped (GPU_CHECK_STEPS)"; return 0 ;; esac
     start=$(date +%s)
     echo "=== $name: $* (limit ${limit}s)" >>"$log"
     timeout -k 10 "$limit" "$@" >>"$log" 2>&1
