@@ -87,13 +87,21 @@ else  # the dry run: every strategy once, tiny
     SIZE=(--prompts 1 --runs 1 --max-new-tokens 12 --threads 1) CATEGORIES=stdlib-continuation
     GAMMAS=sd-fixed-2,sd-fixed-6 BATCH=(--batch-sizes 1,2 --prompts 2 --max-new-tokens 8 --strategies ar,sd-fixed-2,pacer --threads 1)
 fi
+# the demo pair's held-out split names stdlib files of the Python that built it; keep those this Python has
+"$PY" - >"$WORK/heldout.txt" <<'EOF'
+import sysconfig
+from pathlib import Path
+from pacer_hf.data.prompts import pair_held_out_files
+root = Path(sysconfig.get_paths()["stdlib"])
+print("\n".join(str(p) for p in (root / f for f in pair_held_out_files("hub_cards/demo-target")) if p.is_file()))
+EOF
 step bench 150 "$OUT/bench.log" "$PY" -m pacer_hf.cli bench --device "$DEVICE" --quick --no-plots --no-progress \
     --strategies "ar,$GAMMAS,hf-heuristic,$CONFIDENCE,pacer,pearl" --temperatures 0 --prompt-tokens 128 \
-    --categories "$CATEGORIES" "${SIZE[@]}" --out "$WORK/bench" --overwrite
+    --categories "$CATEGORIES" "${SIZE[@]}" --heldout-files "$WORK/heldout.txt" --out "$WORK/bench" --overwrite
 
 # 4. the batch bench (greedy rows checked identical to the target's own batched generate)
 step batch 60 "$OUT/bench.log" "$PY" -m pacer_hf.cli bench --device "$DEVICE" --no-plots --no-progress \
-    --categories stdlib-continuation --runs 1 "${BATCH[@]}" --out "$WORK/batch" --overwrite
+    --categories stdlib-continuation --runs 1 "${BATCH[@]}" --heldout-files "$WORK/heldout.txt" --out "$WORK/batch" --overwrite
 
 for file in bench/results.json bench/results.md bench/run.json batch/batch.json batch/batch.md; do
     [ -f "$WORK/$file" ] && cp "$WORK/$file" "$OUT/${file/\//_}"
