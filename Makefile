@@ -19,7 +19,7 @@ VLLM_TESTS := tests/test_vllm_engine.py tests/test_vllm_proposer.py
 OLDEST_TESTS := tests/test_core_exactness.py tests/test_core_sampling.py tests/test_lookup.py tests/test_round_costs.py tests/test_batch.py \
 	tests/test_families.py tests/test_loop_features.py
 
-.PHONY: setup demo demo-smollm2 test test-newest test-oldest test-fast lint bench-quick setup-vllm test-vllm demo-vllm
+.PHONY: setup demo demo-smollm2 test test-newest test-oldest test-fast lint bench-quick setup-vllm test-vllm demo-vllm gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -85,3 +85,8 @@ test-fast: setup lint
 
 bench-quick: setup
 	$(BIN)/pacer-hf bench --quick
+
+# The GPU lane (docs/GPU.md): CUDA tests, the demo pair's bench and the batch bench on a CUDA GPU, inside 8 minutes;
+# without one, a dry run (CUDA tests skipped, tiny CPU benches).
+gpu-check:
+	bash scripts/gpu_check.sh gpu-check

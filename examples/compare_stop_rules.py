@@ -29,7 +29,7 @@ from typing import ClassVar
 import torch
 
 import pacer_hf
-from pacer_hf.bench.prompts import CATEGORIES, build_prompts
+from pacer_hf.data.prompts import CATEGORIES, build_prompts
 from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
 from pacer_hf.pairs import load_pair
 from pacer_hf.stats import PacerStats

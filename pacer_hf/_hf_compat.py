@@ -67,6 +67,7 @@ __all__ = [
     "check_supported",
     "crop_cache",
     "default_candidate_generator",
+    "eos_ids",
     "eos_tensor",
     "gather_cache_slots",
     "new_cache",
@@ -128,6 +129,12 @@ def speculative_sampling(
 def eos_tensor(generation_config: GenerationConfig) -> torch.Tensor | None:
     """The EOS ids `generate` prepared (`_prepare_special_tokens`), the tensor its stopping criteria use."""
     return getattr(generation_config, "_eos_token_tensor", None)
+
+
+def eos_ids(eos) -> set[int]:
+    """The EOS ids as a set of ints, from what holds them: None, an id, a list of ids, or a tensor (`eos_tensor`).
+    The one place every loop, generator and collector reads its EOS set from."""
+    return set() if eos is None else {int(t) for t in torch.as_tensor(eos).flatten().tolist()}
 
 
 def output_cache(output) -> Cache | None:
@@ -244,7 +251,7 @@ _PROBE_TOLERANCE = {torch.float64: 1e-4, torch.float32: 1e-4}  # relative to the
 def _chunked_forward_mismatch(model) -> str | None:
     """Why logits differ between one forward over a probe text and the same text fed through a cache in
     chunks (8 tokens, then 1, then 3), or None when they agree at every chunk's last position."""
-    vocab = model.get_output_embeddings().weight.shape[0]
+    vocab = model.get_output_embeddings().out_features
     probe = ((torch.arange(12) * 7919 + 13) % vocab)[None].to(model.device)
     try:
         whole = model(input_ids=probe, use_cache=False).logits[0].float()

@@ -17,9 +17,9 @@ from pathlib import Path
 
 COMMANDS = {
     "demo": "pacer_hf.demo",
-    "build-demo-pair": "pacer_hf.training.demo_pair",
-    "build-draft": "pacer_hf.training.smollm2_draft",
-    "train-lookup-gate": "pacer_hf.training.lookup_gate",
+    "build-demo-pair": "pacer_hf.recipes.demo_pair",
+    "build-draft": "pacer_hf.recipes.smollm2_draft",
+    "train-lookup-gate": "pacer_hf.recipes.lookup_gate",
     "push": "pacer_hf.hub.push",
     "push-generate": "pacer_hf.hub.push_generate",
     "collect": "pacer_hf.training.collect",
@@ -31,11 +31,13 @@ COMMANDS = {
 
 
 def _docstring(module_name: str) -> str | None:
-    """A module's docstring, read from its source without importing it."""
-    spec = importlib.util.find_spec(module_name)
-    if spec is None or not spec.origin:
+    """A module's docstring, read from its source without importing it or its parent packages (whose own
+    imports, e.g. `datasets` for training, need not be installed to run another command)."""
+    path = Path(__file__).resolve().parent.joinpath(*module_name.split(".")[1:])
+    source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    if not source.is_file():
         return None
-    return ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8")))
+    return ast.get_docstring(ast.parse(source.read_text(encoding="utf-8")))
 
 
 def _build_parser(argv: list[str]) -> argparse.ArgumentParser:

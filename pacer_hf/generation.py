@@ -22,12 +22,12 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from ._hf_compat import batch_row_cache, check_cache_support, check_supported, default_candidate_generator
 from .attached import attached_preverifier, default_lookup_gate, require_attached
-from .candidates.suffix import ScopedSuffixCache, as_scoped
+from .candidates.suffix import ScopedSuffixCache, as_scoped, refuse_cache
+from .costs import check_cost_mode
 from .loops.batch_cache import check_batch_memory
 from .loops.batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
 from .loops.draft_forwards import DRAFT_FORWARDS
 from .loops.lean_loop import lean_assisted_decoding
-from .loops.round_costs import check_cost_mode
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
 from .stats import PacerStats
@@ -95,9 +95,7 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     if pacer is _MISSING:
         pacer = getattr(kwargs.get("generation_config") or self.generation_config, "pacer", None)
     if pacer is None or pacer is False:
-        if suffix_cache is not None:
-            raise ValueError("suffix_cache= feeds pacer_hf's prompt lookup: pass pacer=True with "
-                             "prompt_lookup_num_tokens=N (or drop suffix_cache=).")
+        refuse_cache(suffix_cache, f"pacer={pacer!r}")
         return self._pacer_plain_generate(*args, **kwargs)
     if kwargs.get("custom_generate") is not None:
         raise ValueError(
@@ -179,9 +177,7 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict,
         )
     if isinstance(config, LookupConfig):
         return _resolve_lookup(model, config, module, args, kwargs, lookup_tokens, draft_forward, costs, suffix_cache)
-    if suffix_cache is not None:
-        raise ValueError(f"suffix_cache= feeds prompt lookup; pacer={pacer!r} runs {type(config).__name__}: pass "
-                         "prompt_lookup_num_tokens=N with pacer=True (or drop suffix_cache=).")
+    refuse_cache(suffix_cache, f"pacer={pacer!r} ({type(config).__name__})")
     if lookup_tokens is not None:
         raise ValueError(
             f"prompt_lookup_num_tokens={lookup_tokens} cannot be combined with pacer={pacer!r} ({type(config).__name__}): "
@@ -208,8 +204,7 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict,
 
 
 def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: tuple, kwargs: dict,
-                    lookup_tokens: int | None, draft_forward: str, costs: str | list[float],
-                    suffix_cache: ScopedSuffixCache | None = None) -> StrategyCall:
+                    lookup_tokens: int | None, draft_forward: str, costs: str | list[float], suffix_cache=None) -> StrategyCall:
     """Prompt lookup (strategies/lookup): the gate from `pacer=`, else the one attached to the target, else the
     default gate shipped in the package; a draft optional."""
     draft = kwargs.get("assistant_model")
@@ -308,9 +303,9 @@ def _load_module(name_or_path: str | Path, expected: type | None = None, **kwarg
 
 def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, fix: str) -> None:
     """Refuse a draft whose output rows differ from the target's: token ids must mean the same thing."""
-    target_rows = target.get_output_embeddings().weight.shape[0]
+    target_rows = target.get_output_embeddings().out_features
     draft_head = draft.get_output_embeddings()
-    draft_rows = None if draft_head is None else draft_head.weight.shape[0]
+    draft_rows = None if draft_head is None else draft_head.out_features
     if draft_rows != target_rows:
         raise ValueError(
             f"Draft and target vocabularies differ (draft lm_head has {draft_rows} rows, target {target_rows}): {fix}"

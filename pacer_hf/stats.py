@@ -40,7 +40,7 @@ class PacerStats:
         return None if round_costs is None else round_costs.summary()
 
     def use_costs(self, round_costs) -> None:
-        """Record the `RoundCosts` (loops/round_costs.py) this call decides with."""
+        """Record the `RoundCosts` (costs/round_costs.py) this call decides with."""
         self._round_costs = round_costs
 
     @property

@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 import pacer_hf
-from pacer_hf.bench.chat_prompts import chat_prompts
-from pacer_hf.loops.round_costs import processor_name
+from pacer_hf.costs import processor_name
+from pacer_hf.data.chat_prompts import chat_prompts
 from pacer_hf.pairs import load_pair
 
 NEVER = [1.0] + [100.0] * 10  # proposing any lookup token costs 100 plain steps: the gate proposes none

@@ -17,7 +17,7 @@ import sysconfig
 from pathlib import Path
 
 from pacer_hf._paths import hub_cards_dir
-from pacer_hf.bench.prompts import boilerplate_texts, continuation_texts, docstring_texts, humaneval_texts
+from pacer_hf.data.prompts import boilerplate_texts, continuation_texts, docstring_texts, humaneval_texts
 
 
 def bench_humaneval_indices(total: int, max_prompts: int = 8) -> set[int]:

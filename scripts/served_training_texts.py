@@ -21,7 +21,7 @@ from pathlib import Path
 from served_calibration_texts import bench_humaneval_indices
 
 from pacer_hf._paths import hub_cards_dir
-from pacer_hf.bench.prompts import (
+from pacer_hf.data.prompts import (
     boilerplate_texts,
     continuation_texts,
     docstring_texts,

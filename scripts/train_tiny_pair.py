@@ -1,6 +1,6 @@
 """Train a tiny (target, draft) Llama pair on Python stdlib source, for validating the training pipeline.
 
-Not the demo pair (pacer_hf/training/demo_pair.py): a few CPU minutes, so acceptance is non-trivial but small.
+Not the demo pair (pacer_hf/recipes/demo_pair.py): a few CPU minutes, so acceptance is non-trivial but small.
     python scripts/train_tiny_pair.py --out runs/tiny --minutes 3
 Writes OUT/tokenizer, OUT/target, OUT/draft and OUT/heldout.txt (held-out stdlib files, one per line).
 """

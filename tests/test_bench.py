@@ -13,12 +13,12 @@ import pacer_hf
 from pacer_hf.bench import BenchConfig, BenchmarkMismatch, Prompt, run_benchmark
 from pacer_hf.bench import runner as bench_runner
 from pacer_hf.bench.metrics_core import RECORD_KEYS
-from pacer_hf.bench.prompts import check_categories
 from pacer_hf.bench.report import check_out_dir, write_outputs
 from pacer_hf.bench.strategies import resolve_strategies
 from pacer_hf.cli import main
+from pacer_hf.costs import CostModel
+from pacer_hf.data.prompts import check_categories
 from pacer_hf.strategies import STRATEGIES
-from pacer_hf.training.simulate import CostModel
 
 STRATEGY_SET = ["ar", "sd-fixed-2", "sd-fixed-4", "hf-fixed-2", "hf-heuristic", "hf-confidence",
                 "hf-confidence-static", "pacer", "pacer-b1", "oracle",

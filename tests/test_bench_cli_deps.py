@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-import pacer_hf.training.common as training_common
+import pacer_hf.loading as training_common
 from pacer_hf import demo
 from pacer_hf.bench import cli as bench_cli
 from pacer_hf.bench.strategies import resolve_strategies

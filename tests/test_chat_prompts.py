@@ -1,4 +1,4 @@
-"""pacer_hf.bench.chat_prompts with a tiny offline tokenizer that has a chat template."""
+"""pacer_hf.data.chat_prompts with a tiny offline tokenizer that has a chat template."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from pacer_hf.bench import chat_prompts as cp
-from pacer_hf.bench.chat_prompts import CHAT_CATEGORIES, ChatPrompt, chat_prompts
-from pacer_hf.bench.prompts import Prompt, stdlib_hash_split
+from pacer_hf.data import chat_prompts as cp
+from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, ChatPrompt, chat_prompts
+from pacer_hf.data.prompts import Prompt, stdlib_hash_split
 
 USER, ASSISTANT, END = "<|user|>", "<|assistant|>", "<|end|>"
 TEMPLATE = ("{% for m in messages %}" + USER + "{{ m['content'] }}" + END + "{% endfor %}"

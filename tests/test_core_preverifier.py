@@ -234,7 +234,8 @@ def test_calibration_prefers_the_cost_aware_rule_within_the_margin():
     """best_setting picks expected_gain unless a fitted threshold wins by more than the margin."""
     import numpy as np
 
-    from pacer_hf.training.simulate import CostModel, best_setting
+    from pacer_hf.costs import CostModel
+    from pacer_hf.training.simulate import best_setting
 
     rng = np.random.default_rng(0)
     probs = rng.uniform(0.05, 0.95, (400, 8))

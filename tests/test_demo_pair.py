@@ -11,7 +11,7 @@ import torch
 
 from pacer_hf import demo
 from pacer_hf._paths import hub_cards_dir
-from pacer_hf.training import demo_pair
+from pacer_hf.recipes import demo_pair
 
 SHIPPED = hub_cards_dir()
 
@@ -116,7 +116,7 @@ def test_demo_runs_on_the_tiny_pair_and_outputs_match(tiny_build):
 def test_onpolicy_stage_fits_measures_and_ships_the_draft(tiny_build):
     """The onpolicy stage: the target's answers (greedy and T = 1) from TRAIN-split prompts, the fitted draft with
     its before/after measurements and card, and the preverifier stage's traces and shipped pre-verifier."""
-    from pacer_hf.training.smollm2_draft_train import read_records
+    from pacer_hf.recipes.smollm2_draft_train import read_records
 
     args, _ = tiny_build
     work = Path(args.work_dir) / "onpolicy"

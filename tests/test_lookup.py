@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import pacer_hf
 import pacer_hf.pairs
 from pacer_hf.modeling_lookup_gate import find_lookup, lookup_features
-from pacer_hf.training import lookup_gate as trainer
+from pacer_hf.recipes import lookup_gate as trainer
 
 REPEATING = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7, 8, 40, 41, 5, 6]])  # text with repeated n-grams
 
@@ -382,7 +382,7 @@ def test_default_gate_is_shipped_with_its_card_and_no_cost_table():
     """hub_cards/default-lookup-gate: trained on two targets' answers, no training machine's costs (generate
     measures them), and its card is what the trainer writes from its config."""
     from pacer_hf._paths import hub_cards_dir
-    from pacer_hf.training.lookup_gate_card import write_card
+    from pacer_hf.recipes.lookup_gate_card import write_card
 
     gate = pacer_hf.default_lookup_gate()
     assert gate is pacer_hf.default_lookup_gate(), "loaded once per process"
@@ -403,7 +403,7 @@ def test_default_gate_is_shipped_with_its_card_and_no_cost_table():
 
 def test_stdlib_prompts_never_come_from_benchmark_files():
     from pacer_hf._paths import hub_cards_dir
-    from pacer_hf.bench.prompts import pair_held_out_files, stdlib_test_files
+    from pacer_hf.data.prompts import pair_held_out_files, stdlib_test_files
 
     splits = hub_cards_dir() / "demo-target" / "corpus_splits.json"
     tokenizer = pacer_hf.pairs.load_demo_pair(hub_cards_dir())[2]
@@ -425,3 +425,40 @@ def test_numpy_scorer_equals_the_torch_forward(targets):
     assert gate.scorer().survival(features.numpy()) == pytest.approx(gate.survival(features).tolist(), abs=1e-6)
     shipped = pacer_hf.default_lookup_gate()
     assert shipped.scorer().survival(features.numpy()) == pytest.approx(shipped.survival(features).tolist(), abs=1e-6)
+
+
+def test_lookup_forwards_the_draft_rounds_to_the_draft_generator():
+    """In lookup with a draft, a round the draft proposed ends in the draft generator's update_candidate_strategy
+    (its cost refinement, its loop features, its record of the round), and a lookup round does not."""
+    from transformers import GenerationConfig
+
+    from pacer_hf.strategies.lookup import LookupCandidateGenerator, LookupStats
+
+    stats = LookupStats(strategy="lookup-4")
+
+    class Drafting:  # records what reaches it; proposes one token, records the outcome as the real one does
+        def __init__(self):
+            self.updates = []
+
+        def get_candidates(self, input_ids, **kwargs):
+            stats.target_forwards += 1
+            stats.draft_lengths.append(1)
+            return torch.cat((input_ids, input_ids[:, -1:]), 1), None
+
+        def update_candidate_strategy(self, input_ids, scores, num_matches):
+            self.updates.append(int(num_matches))
+            stats.accepted.append(int(num_matches))
+
+    drafting = Drafting()
+    generator = LookupCandidateGenerator(GenerationConfig(max_length=64), num_tokens=4, max_ngram=2, gate=None,
+                                         stats=stats, drafting=drafting)
+    scores = torch.zeros(1, 5, 11)
+    no_match = torch.tensor([[1, 2, 3, 4, 5]])
+    ids, _ = generator.get_candidates(no_match)  # no lookup match: the draft proposes
+    generator.update_candidate_strategy(ids, scores, 1)
+    assert drafting.updates == [1], "the draft's round reached the draft generator"
+    match = torch.tensor([[1, 2, 3, 1, 2]])  # "1 2" seen before: lookup proposes "3 1 2"
+    ids, _ = generator.get_candidates(match)
+    generator.update_candidate_strategy(ids, scores, 0)
+    assert drafting.updates == [1], "a lookup round stays with lookup"
+    assert stats.accepted == [1, 0] and len(stats.accepted) == len(stats.draft_lengths)

@@ -117,7 +117,7 @@ def test_exact_in_the_batch_loop_and_pearl(pair):
 
 
 def _answers(target, n: int = 4, new_tokens: int = 20) -> list[dict]:
-    from pacer_hf.training.smollm2_draft import generate_batch
+    from pacer_hf.recipes.smollm2_draft import generate_batch
 
     prompts = [prompt(length=5 + i, seed=10 + i)[0].tolist() for i in range(n)]
     records = []

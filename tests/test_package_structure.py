@@ -1,4 +1,6 @@
-"""The package stays straight: no import cycle between pacer_hf modules, no module past 450 lines."""
+"""The package stays straight: no import cycle between pacer_hf modules nor between its folders (function-local
+imports counted), none between bench/ and training/, the vLLM proposer free of bench/, costs measured in costs/,
+no module past 400 lines and no function past 80."""
 
 from __future__ import annotations
 
@@ -8,7 +10,16 @@ from pathlib import Path
 import pacer_hf
 
 PACKAGE = Path(pacer_hf.__file__).resolve().parent
-MAX_LINES = 450
+MAX_LINES = 400
+MAX_FUNCTION_LINES = 80
+# Still over the caps (issue 41's remaining splits): the lists may only shrink, and a listed module or function may
+# not grow. pairs.py is left to the Qwen2.5-Coder pair's split of its GGUF cache.
+LONG_MODULES = {"pacer_hf.pairs": 421, "pacer_hf.generation": 417, "pacer_hf.bench.runner": 431,
+                "pacer_hf.recipes.demo_pair": 422, "pacer_hf.recipes.demo_onpolicy": 409,
+                "pacer_hf.recipes.lookup_gate": 404, "pacer_hf.recipes.smollm2_draft_train": 401}
+LONG_FUNCTIONS = {"pacer_hf.bench.cli._run": 125, "pacer_hf.bench.runner.run_benchmark": 98,
+                  "pacer_hf.recipes.smollm2_draft_train.stage_train": 100,
+                  "pacer_hf.training.collect_answers.collect_along_answers": 90}
 
 
 def module_name(path: Path) -> str:
@@ -68,13 +79,66 @@ def test_no_import_cycle_inside_the_package():
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
+def unit(name: str) -> str:
+    """The folder a module lives in (`pacer_hf.loops.lean_loop` -> "loops"), or the top-level module's own name."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "pacer_hf"
+
+
+def folder_graph() -> dict[str, set[str]]:
+    found = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in found.items():
+        for imported in imports_of(name, path, set(found)):
+            if unit(imported) != unit(name):
+                graph.setdefault(unit(name), set()).add(unit(imported))
+                graph.setdefault(unit(imported), set())
+    return graph
+
+
+def test_folders_import_downward_only():
+    """No cycle between folders (and top-level modules), function-local imports included."""
+    graph = folder_graph()
+    assert graph["bench"] >= {"data", "costs"} and "loops" in graph["strategies"], "the walk sees folder imports"
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_bench_and_training_do_not_import_each_other():
+    graph = folder_graph()
+    assert "training" not in graph["bench"] and "bench" not in graph["training"]
+
+
+def test_costs_sit_below_the_loops_and_strategies():
+    graph = folder_graph()
+    assert not graph["costs"] & {"loops", "strategies", "generation", "training", "bench", "recipes", "vllm"}
+    assert "timing" not in graph, "cost measurement lives in pacer_hf.costs"
+
+
+def test_vllm_proposer_imports_nothing_from_bench():
+    found = modules()
+    name = "pacer_hf.vllm.proposer"
+    assert not {unit(m) for m in imports_of(name, found[name], set(found))} & {"bench", "recipes", "training"}
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
-def test_no_module_over_450_lines():
+def test_no_module_over_400_lines():
     long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
-    assert not long, f"split these modules: {long}"
+    grown = {name: n for name, n in long.items() if n > LONG_MODULES.get(name, MAX_LINES)}
+    assert not grown, f"split these modules: {grown}"
+
+
+def test_no_function_over_80_lines():
+    long = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    long[f"{name}.{node.name}"] = n
+    grown = {name: n for name, n in long.items() if n > LONG_FUNCTIONS.get(name, MAX_FUNCTION_LINES)}
+    assert not grown, f"split these functions: {grown}"
 
 
 def test_model_code_is_self_contained():

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from pacer_hf import PacerPreVerifier, pairs
+from pacer_hf import PacerPreVerifier, gguf_cache, pairs
 from pacer_hf._paths import hub_cards_dir
 from pacer_hf.pairs import MANIFEST, PairUnavailable, load_pair
 
@@ -113,7 +113,7 @@ def forbid_dequantize(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the GGUF was dequantized again")
 
-    monkeypatch.setattr(pairs, "dequantize_gguf", refuse)
+    monkeypatch.setattr(gguf_cache, "dequantize_gguf", refuse)
 
 
 def test_first_load_writes_cache_and_second_load_reads_it(tiny_gguf, tmp_path, monkeypatch, capfd):
@@ -122,7 +122,7 @@ def test_first_load_writes_cache_and_second_load_reads_it(tiny_gguf, tmp_path, m
     assert "dequantizing" in capfd.readouterr().err  # the one-line note on the first load
     cache = tmp_path / "cache"
     manifest = json.loads((cache / MANIFEST).read_text())
-    assert manifest["source"] == pairs.gguf_fingerprint(tiny_gguf)
+    assert manifest["source"] == gguf_cache.gguf_fingerprint(tiny_gguf)
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json"} <= set(manifest["files"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "cards"]  # no temporary folder left behind
     assert pair.name == "smollm2" and pair.draft is None and pair.preverifier is None
@@ -132,7 +132,7 @@ def test_first_load_writes_cache_and_second_load_reads_it(tiny_gguf, tmp_path, m
     assert "quantization_config" not in json.loads((cache / "config.json").read_text())
     assert pair.tokenizer.chat_template == CHAT_TEMPLATE  # from the GGUF's tokenizer.chat_template key
 
-    direct, tokenizer = pairs.dequantize_gguf(tiny_gguf)  # what transformers reads from the GGUF itself
+    direct, tokenizer = gguf_cache.dequantize_gguf(tiny_gguf)  # what transformers reads from the GGUF itself
     assert torch.equal(logits(pair.target), logits(direct))
     assert pair.tokenizer.get_vocab() == tokenizer.get_vocab()
     messages = [{"role": "user", "content": "the cat"}]
@@ -199,7 +199,7 @@ def test_cache_of_another_gguf_is_rebuilt(cached, tmp_path):
 
 
 def test_interrupted_first_load_leaves_no_cache(tiny_gguf, tmp_path, monkeypatch):
-    real = pairs.dequantize_gguf
+    real = gguf_cache.dequantize_gguf
 
     def dequantize_then_interrupt(path):
         model, tokenizer = real(path)
@@ -210,7 +210,7 @@ def test_interrupted_first_load_leaves_no_cache(tiny_gguf, tmp_path, monkeypatch
         monkeypatch.setattr(tokenizer, "save_pretrained", interrupted)  # model already written, then Ctrl-C
         return model, tokenizer
 
-    monkeypatch.setattr(pairs, "dequantize_gguf", dequantize_then_interrupt)
+    monkeypatch.setattr(gguf_cache, "dequantize_gguf", dequantize_then_interrupt)
     (tmp_path / "cards").mkdir()
     with pytest.raises(KeyboardInterrupt):
         load(tiny_gguf, tmp_path)

@@ -1,4 +1,4 @@
-"""Round costs from the machine that runs the call (loops/round_costs.py): probe, online refinement, disk
+"""Round costs from the machine that runs the call (costs/round_costs.py): probe, online refinement, disk
 cache, `pacer_costs=`, and decisions that follow the cost curve, for the lookup gate and the pre-verifier."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import torch
 from conftest import build_draft, build_model, make_preverifier, plain_greedy
 
 import pacer_hf
-from pacer_hf.loops import round_costs
-from pacer_hf.loops.round_costs import RoundCosts
+from pacer_hf.costs import RoundCosts, round_costs
 
 REPEATING = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7, 8, 40, 41, 5, 6, 7, 8, 9, 10, 5, 6, 7]])
 FLAT = [1.0] * 11  # a GPU-like curve: verifying 11 tokens costs what one does

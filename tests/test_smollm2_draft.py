@@ -1,4 +1,4 @@
-"""The SmolLM2 draft builder (`pacer_hf.training.smollm2_draft`) end to end on a tiny Llama target built from a
+"""The SmolLM2 draft builder (`pacer_hf.recipes.smollm2_draft`) end to end on a tiny Llama target built from a
 config and a tiny word-level tokenizer: no SmolLM2 weights needed."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from pacer_hf.training import smollm2_draft as builder
-from pacer_hf.training import smollm2_draft_train as trainer
+from pacer_hf.recipes import smollm2_draft as builder
+from pacer_hf.recipes import smollm2_draft_train as trainer
 
 VOCAB = 64
 EOS = 1

@@ -248,9 +248,9 @@ def test_sampling_with_a_cache_matches_target_distribution(sampling_pair):
 def test_suffix_cache_errors_name_the_fix(targets):
     target = targets["llama"]
     cache = pacer_hf.SuffixCache(max_tokens=50)
-    with pytest.raises(ValueError, match="pacer=True"):
+    with pytest.raises(ValueError, match="feeds pacer_hf's prompt lookup"):
         target.generate(REPEAT, max_new_tokens=4, suffix_cache=cache)
-    with pytest.raises(ValueError, match="feeds prompt lookup"):
+    with pytest.raises(ValueError, match="SpeculativeConfig"):
         target.generate(REPEAT, max_new_tokens=4, pacer="sd-fixed-3", assistant_model=target, suffix_cache=cache)
     with pytest.raises(ValueError, match="needs suffix_cache"):
         target.generate(REPEAT, max_new_tokens=4, pacer=True, prompt_lookup_num_tokens=3, suffix_scope="a")

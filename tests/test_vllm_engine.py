@@ -52,7 +52,7 @@ def run_engine(tmp_path, speculative_config, calls, env=None):
 def calls():
     from transformers import AutoTokenizer
 
-    from pacer_hf.bench.prompts import build_prompts
+    from pacer_hf.data.prompts import build_prompts
 
     tokenizer = AutoTokenizer.from_pretrained(TARGET)
     prompts, _ = build_prompts(["stdlib-continuation", "docstring-to-body", "boilerplate"],

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pacer_hf
+from pacer_hf.costs.step_costs import EXPLORE_SLOPE
 from pacer_hf.modeling_lookup_gate import find_lookup
 from pacer_hf.vllm import GATE_ENV, STATS_ENV, PacerLookupProposer, StepCosts, allocate, check_environment
 from pacer_hf.vllm.bench import markdown, speculative_config, summarize
 from pacer_hf.vllm.calibration import OnlineCalibration
-from pacer_hf.vllm.step_costs import EXPLORE_SLOPE
 
 
 def linear_costs(intercept: float, slope: float, sizes=range(1, 40)) -> StepCosts:

@@ -282,7 +282,7 @@ class PacerPreVerifier(PreTrainedModel):
         sent whole (stop-only, exact under sampling) unless `trim_failed_block`, which drops its tokens
         from the first one predicted below `trim_cutoff`. Plain Python on the host: no device round trip.
         `costs` (expected_gain): the cost model measured where the call runs (`{"round_cost": [...]}`, see
-        `loops/round_costs.py`); without it, `config.calibration` (the machine that calibrated it).
+        `costs/round_costs.py`); without it, `config.calibration` (the machine that calibrated it).
         """
         config = self.config
         values = token_logits.float().tolist() if isinstance(token_logits, torch.Tensor) else token_logits
@@ -329,22 +329,34 @@ def expected_gain_continues(probs: list[float], block_size: int, max_tokens: int
     round_overhead, plus preverifier_cost per drafted token scored, all in target steps (`costs`: a calibrated
     pre-verifier's `config.calibration`). Tokens not drafted yet are predicted accepted with the mean
     probability of the last block. Drafting continues when some longer round, up to `max_tokens`, has a
-    higher expected rate (tokens per unit of time) than stopping now.
+    higher expected rate (tokens per unit of time) than stopping now: `rows_continue` for one row.
     """
-    time = calibrated_round_time(costs)
-    n = len(probs)
-    survival, tokens = 1.0, 1.0
-    for p in probs:
-        survival *= p
-        tokens += survival
+    return rows_continue([probs], [True], block_size, max_tokens, calibrated_round_time(costs))
+
+
+def rows_continue(probs: list[list[float]], open_rows: list[bool], block_size: int, max_tokens: int, time) -> bool:
+    """The expected-gain rule for rows that draft together (one row: `expected_gain_continues`; a padded batch:
+    `pacer_batch_stop="batch"`, where one more block widens every row's verify slot, paid whether a row fills it
+    or not). `time(n)`: a round of n drafted tokens (per row). Drafting goes on while some longer round is expected
+    to yield more tokens, summed over the rows, per unit of time; rows that cannot draft on (`open_rows` False:
+    EOS, length limit) count as they are."""
+    n = max(len(p) for p in probs)
+    survival, future, tokens = [], [], 0.0
+    for p, open_row in zip(probs, open_rows):
+        alive = 1.0
+        tokens += 1.0
+        for x in p:
+            alive *= x
+            tokens += alive
+        survival.append(alive if open_row else 0.0)
+        future.append(sum(p[-block_size:]) / max(len(p[-block_size:]), 1))
     rate_now = tokens / time(n)
-    future = sum(probs[-block_size:]) / len(probs[-block_size:])
     for extra in range(1, (max_tokens - n) // block_size + 1):
         for _ in range(block_size):
-            survival *= future
-            tokens += survival
-        longer = n + extra * block_size
-        if tokens / time(longer) > rate_now:
+            for b in range(len(survival)):
+                survival[b] *= future[b]
+                tokens += survival[b]
+        if tokens / time(n + extra * block_size) > rate_now:
             return True
     return False
 

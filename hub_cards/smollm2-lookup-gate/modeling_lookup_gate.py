@@ -192,7 +192,7 @@ class PacerLookupGate(PreTrainedModel):
         """How many of the scored tokens to propose (0..len(survival)), by the config's decision rule.
 
         `round_cost`: what proposing k = 0, 1, ... tokens costs where the call runs (generate measures it,
-        `loops/round_costs.py`); without it, the config's table (the machine that trained the gate)."""
+        `costs/round_costs.py`); without it, the config's table (the machine that trained the gate)."""
         if self.config.decision_rule == "threshold":
             return threshold_length(survival, self.config.threshold)
         costs = round_cost if round_cost is not None else self.config.round_cost

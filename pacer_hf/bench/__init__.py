@@ -4,8 +4,8 @@ Python API: `run_benchmark(target, draft, prompts, BenchConfig(...), preverifier
 `BenchResult`; `write_outputs(result, out_dir, ...)` writes results.json, results.md and plots.
 """
 
+from ..data.prompts import CATEGORIES, Prompt, build_prompts
 from .cli import add_arguments, run
-from .prompts import CATEGORIES, Prompt, build_prompts
 from .runner import BenchConfig, BenchmarkMismatch, BenchResult, run_benchmark
 from .strategies import Strategy, available_strategy_names, resolve_strategies
 

@@ -21,6 +21,8 @@ from transformers import PreTrainedModel
 
 import pacer_hf
 
+from .._hf_compat import eos_ids as _eos_ids
+from ..costs import synchronize
 from ..loops.batch_cache import left_padded
 from ..strategies.ouroboros import reset_phrase_pool
 from .runner import BenchmarkMismatch, machine_info
@@ -74,8 +76,7 @@ def run_batch_benchmark(target: PreTrainedModel, draft: PreTrainedModel, preveri
     pacer_hf.enable(target)
     if preverifier is not None:
         pacer_hf.attach(draft, preverifier)
-    eos = target.generation_config.eos_token_id
-    eos_ids = set() if eos is None else set(torch.as_tensor(eos).flatten().tolist())
+    eos_ids = _eos_ids(target.generation_config.eos_token_id)
     widest = max(config.batch_sizes)
     calls = []
     steps = len(prompts) * config.runs * len(config.batch_sizes) * len(config.strategies)
@@ -96,8 +97,10 @@ def run_batch_benchmark(target: PreTrainedModel, draft: PreTrainedModel, preveri
                         _call(target, draft, name, *groups[0], 8, pad_id)
                     seconds, tokens, rows = 0.0, 0, []
                     for ids, mask in groups:
+                        synchronize(target.device)
                         start = time.perf_counter()
                         out = _call(target, draft, name, ids, mask, config.max_new_tokens, pad_id)
+                        synchronize(target.device)
                         seconds += time.perf_counter() - start
                         tokens += generated_tokens(out, ids.shape[1], eos_ids)
                         rows += [row[ids.shape[1]:].tolist() for row in out]

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._paths import hub_cards_dir
+from ..data.prompts import CATEGORIES, CHAT_CATEGORIES, check_categories
 from ..pairs import PAIRS
-from .prompts import CATEGORIES, CHAT_CATEGORIES, check_categories
 from .strategies import Strategy, available_strategy_names, default_strategy_names, resolve_strategies
 
 DEMO = {role: hub_cards_dir() / f"demo-{role}" for role in ("target", "draft", "preverifier", "preverifier-sampling")}
@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pair.add_argument("--lookup-gate", help="a lookup gate folder attached to the target: strategy pacer-lookup "
                       "uses it (default: the pair's own, e.g. hub_cards/smollm2-lookup-gate, else the default gate)")
     pair.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
+    pair.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
+                      help="where the models run (auto: cuda when available); timings wait for CUDA's queued work")
     pair.add_argument("--engine", default="transformers", choices=("transformers", "vllm"),
                       help="vllm: vLLM without speculation, its ngram-3/ngram-5/suffix methods and pacer_hf.vllm's "
                       "proposer (--strategies picks among none,ngram-<k>,suffix,pacer), on --pair stdlib (default) "
@@ -160,7 +162,7 @@ def _load_named_pair(args: argparse.Namespace):
     import pacer_hf
     from pacer_hf.pairs import load_pair
 
-    from ..training.common import DTYPES
+    from ..loading import DTYPES
 
     pair = load_pair(args.pair, dtype=DTYPES[args.dtype])
     if pair.draft is None:
@@ -181,8 +183,8 @@ def _run(args: argparse.Namespace, report) -> int:
 
     import pacer_hf
 
-    from ..training.common import check_pair, load_causal_lm, load_tokenizer
-    from .prompts import build_prompts
+    from ..data.prompts import build_prompts
+    from ..loading import check_pair, load_causal_lm, load_tokenizer
     from .runner import BenchConfig, BenchmarkMismatch, run_benchmark
 
     preset = QUICK if args.quick else FULL
@@ -250,6 +252,7 @@ def _run(args: argparse.Namespace, report) -> int:
         check_pair(target, draft, tokenizer)
         preverifier = pacer_hf.load_preverifier(preverifier_path).to(draft.dtype) if preverifier_path else None
         sampling = pacer_hf.load_preverifier(sampling_path).to(draft.dtype) if sampling_path else None
+    target, draft, preverifier, sampling = place(args.device, target, draft, preverifier, sampling)
     if sampling is not None and preverifier is None:
         raise ValueError("--sampling-preverifier serves Pacer's sampling runs next to a pre-verifier for greedy ones: "
                          "pass --preverifier too.")
@@ -274,12 +277,12 @@ def _run(args: argparse.Namespace, report) -> int:
     prompts, origin = build_prompts(plain, encode, config.prompts_per_category, config.prompt_tokens,
                                     args.heldout_files, target_path) if plain else ({}, "")
     if len(plain) < len(categories):
-        from .chat_prompts import chat_prompts
+        from ..data.chat_prompts import chat_prompts
 
         for category in categories:
             if category in CHAT_CATEGORIES:
                 prompts[category] = chat_prompts(tokenizer, category, "bench", n=config.prompts_per_category)
-        origin = "; ".join(filter(None, [origin, "chat prompts: bench split of pacer_hf.bench.chat_prompts"]))
+        origin = "; ".join(filter(None, [origin, "chat prompts: bench split of pacer_hf.data.chat_prompts"]))
     if batch_sizes:
         return _run_batches(args, target, draft, preverifier, tokenizer, prompts, config, batch_sizes, strategies)
     try:
@@ -300,6 +303,18 @@ def _run(args: argparse.Namespace, report) -> int:
         print(f"wrote {report.write_docs(records, meta, args.out, args.write_docs, overwrite=True)}")
     print((Path(args.out) / "results.md").read_text())
     return 0
+
+
+def place(device: str, *modules):
+    """`modules` (None stays None) on `device` ("auto": cuda when available). The pre-verifiers go with the draft:
+    left on the CPU they would score a CUDA draft's tensors on the host, one copy per block."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False).")
+    return tuple(module.to(device) if module is not None else None for module in modules)
 
 
 def _batch_sizes(text: str | None) -> tuple[int, ...]:

@@ -2,7 +2,7 @@
 
 Modelled time (units of one target decoding step, prefill excluded): a round that verifies L drafted tokens
 costs verify(L), plus c per draft forward the harness counted (= L for a plain draft loop), with c = t(draft step)/t(target step) and verify(L) = t(target forward over L+1
-tokens)/t(target step), both measured in the same process (`training.calibrate.measure_costs`).
+tokens)/t(target step), both measured in the same process (`loops.probes.measure_costs`).
 Autoregressive decoding costs 1 per token, so modelled speedup = new tokens / sum of round costs.
 
 The oracle replays the longest fixed-γ run of pacer_hf's loop (sd-fixed-Γ): in every round it drafts
@@ -25,7 +25,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..training.simulate import CostModel
+from ..costs import CostModel
 from .strategies import Strategy, is_lookup_fixed, sklearn_retuning
 
 RECORD_KEYS = ("strategy", "category", "temperature", "tokens_per_s", "speedup_vs_ar", "tau", "alpha",

@@ -30,11 +30,11 @@ import pacer_hf
 
 from .._hf_compat import CACHE_KWARG
 from ..attached import ATTACHED_SLOTS
+from ..costs import CostModel, synchronize
+from ..data.prompts import CATEGORIES, Prompt
 from ..modeling_pacer import PacerPreVerifier
 from ..strategies import OuroborosConfig, strategy_config
 from ..strategies.ouroboros.pool import POOLS_ATTRIBUTE
-from ..training.simulate import CostModel
-from .prompts import CATEGORIES, Prompt
 from .strategies import (
     BenchSuffixCaches,
     Strategy,
@@ -187,9 +187,11 @@ class PoolIsolation:
     def __init__(self, target: PreTrainedModel, draft: PreTrainedModel):
         self.target, self.draft = target, draft
         self.saved: dict[str, Any] = {}
+        self.caches = BenchSuffixCaches()  # the suffix caches too: each prompt once per run, earlier prompts only
 
     def new_run(self) -> None:
         self.saved.clear()
+        self.caches.reset()
 
     @contextmanager
     def around(self, strategy: Strategy) -> Iterator[None]:
@@ -248,8 +250,10 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
     if temperature > 0:
         torch.manual_seed(seed)
     with call_context(strategy, target, draft):  # no inference_mode: PEARL drafts in a thread (mode is per-thread)
+        synchronize(target.device)
         start = time.perf_counter()
         out = target.generate(ids, **kwargs)
+        synchronize(target.device)
         seconds = time.perf_counter() - start
     output = out[0].tolist()
     new_tokens = len(output) - ids.shape[1]
@@ -341,7 +345,7 @@ def run_benchmark(
     if not any(prompts.values()):
         raise ValueError("No prompts to run.")
     if costs is None:
-        from ..training.calibrate import measure_costs
+        from ..loops.probes import measure_costs
 
         max_gamma = max([s.gamma or 0 for s in strategies] + [16])
         costs = measure_costs(target, draft, context=min(128, config.prompt_tokens), max_k=max_gamma,
@@ -349,7 +353,6 @@ def run_benchmark(
     attached = {slot: draft.__dict__.get(slot) for slot in ATTACHED_SLOTS} if draft is not None else {}
     counter = ForwardCounter(target, draft)
     pools = PoolIsolation(target, draft)
-    caches = BenchSuffixCaches()
     calls: list[dict] = []
     try:
         if config.warmup:
@@ -358,12 +361,11 @@ def run_benchmark(
                 for strategy in running:
                     with pools.around(strategy):
                         run_call(strategy, target, draft, first, temperature, min(16, config.max_new_tokens),
-                                 preverifiers, counter, config.seed, caches.get(strategy, temperature))
+                                 preverifiers, counter, config.seed, pools.caches.get(strategy, temperature))
         total = config.runs * sum(len(p) for p in prompts.values()) * len(config.temperatures) * len(running)
         bar = tqdm(total=total, desc="bench", disable=not progress, unit="call")
         for run in range(config.runs):
             pools.new_run()
-            caches.reset()  # each prompt once per run: a cache holds earlier prompts only
             for category, category_prompts in prompts.items():
                 for index, prompt in enumerate(category_prompts):
                     for temperature in config.temperatures:
@@ -374,8 +376,7 @@ def run_benchmark(
                         for strategy in running[shift:] + running[:shift]:
                             with pools.around(strategy):
                                 result = run_call(strategy, target, draft, prompt, temperature,
-                                                  config.max_new_tokens, preverifiers, counter, seed,
-                                                  caches.get(strategy, temperature))
+                                                  config.max_new_tokens, preverifiers, counter, seed, pools.caches.get(strategy, temperature))
                             if call_hook is not None:
                                 call_hook(strategy, result)
                             outputs[strategy.name] = result.output

@@ -221,6 +221,13 @@ def as_scoped(cache: SuffixCache | ScopedSuffixCache | None, scope: Hashable = N
     return cache.scoped(scope)
 
 
+def refuse_cache(cache: ScopedSuffixCache | None, what: str) -> None:
+    """suffix_cache= feeds pacer_hf's prompt lookup only: elsewhere it is an error that names the fix."""
+    if cache is not None:
+        raise ValueError(f"suffix_cache= feeds pacer_hf's prompt lookup; {what} is not that: pass "
+                         "prompt_lookup_num_tokens=N with pacer=True (or drop suffix_cache=).")
+
+
 class SuffixSource:
     """One request's candidates: its own text (indexed incrementally as it grows) and, when given, a scoped cache
     of earlier requests. The longer match wins; on a tie, the request's own text (the gate was trained on it)."""

@@ -30,8 +30,9 @@ from transformers import (
 )
 from transformers.generation import GenerateDecoderOnlyOutput
 
-from .._hf_compat import CACHE_KWARG, eos_tensor
-from ..modeling_pacer import PacerPreVerifier, draft_features
+from .._hf_compat import CACHE_KWARG, eos_ids, eos_tensor
+from ..costs import BatchClock as _Clock  # a module global: tests swap in fixed costs
+from ..modeling_pacer import PacerPreVerifier, draft_features, rows_continue
 from ..stats import PacerStats
 from .batch_cache import RowCache, draft_row_cache
 from .candidate_generator import next_round_loop
@@ -107,58 +108,12 @@ def _row_processors(processors: LogitsProcessorList, batch: int) -> list[LogitsP
     return rows
 
 
-class _Clock:
-    """This call's measured costs, for the batch-wide stop: seconds of a verify forward as a line in the
-    tokens it verifies (least squares over the timed rounds), of a lockstep draft step, of a pre-verifier call."""
-
-    def __init__(self):
-        self.sums = [0, 0.0, 0.0, 0.0, 0.0]  # n, Σx, Σy, Σxx, Σxy over (tokens, seconds) of verify forwards
-        self.widths: set[int] = set()
-        self.draft_step = self.preverifier_call = None
-
-    def verify(self, tokens: int, seconds: float) -> None:
-        n, sx, sy, sxx, sxy = self.sums
-        self.sums = [n + 1, sx + tokens, sy + seconds, sxx + tokens * tokens, sxy + tokens * seconds]
-        self.widths.add(tokens)
-
-    @staticmethod
-    def average(old: float | None, seconds: float) -> float:
-        return seconds if old is None else 0.8 * old + 0.2 * seconds
-
-    def ready(self) -> bool:
-        return len(self.widths) >= 2 and self.draft_step is not None and self.preverifier_call is not None
-
-    def verify_seconds(self, tokens: int) -> float:
-        n, sx, sy, sxx, sxy = self.sums
-        slope = max(0.0, (n * sxy - sx * sy) / max(n * sxx - sx * sx, 1e-12))
-        return (sy - slope * sx) / n + slope * tokens
-
-
 def batch_continues(probs: list[list[float]], open_rows: list[bool], block_size: int, max_tokens: int,
                     seconds) -> bool:
-    """Pacer's expected-gain rule for a padded batch (`pacer_batch_stop="batch"`): one more block widens
-    every row's verify slot, paid whether a row fills it or not, so the rows draft on together while some
-    longer round is expected to yield more tokens, summed over the rows, per second (`seconds(n)`: a
-    round of n drafted tokens). Rows that cannot draft on (EOS, length limit) count as they are."""
-    n = max(len(p) for p in probs)
-    survival, future, tokens = [], [], 0.0
-    for p, open_row in zip(probs, open_rows):
-        alive = 1.0
-        tokens += 1.0
-        for x in p:
-            alive *= x
-            tokens += alive
-        survival.append(alive if open_row else 0.0)
-        future.append(sum(p[-block_size:]) / max(len(p[-block_size:]), 1))
-    rate_now = tokens / seconds(n)
-    for extra in range(1, (max_tokens - n) // block_size + 1):
-        for _ in range(block_size):
-            for b in range(len(survival)):
-                survival[b] *= future[b]
-                tokens += survival[b]
-        if tokens / seconds(n + extra * block_size) > rate_now:
-            return True
-    return False
+    """Pacer's expected-gain rule for a padded batch (`pacer_batch_stop="batch"`): the single-row rule generalised
+    to rows drafting together (`modeling_pacer.rows_continue`), `seconds(n)` the time of a round of n drafted
+    tokens."""
+    return rows_continue(probs, open_rows, block_size, max_tokens, seconds)
 
 
 class _Stopper:
@@ -288,8 +243,7 @@ def batched_assisted_decoding(
     mask = model_kwargs.get("attention_mask")  # generate drops a mask of all ones
     pads = [0] * input_ids.shape[0] if mask is None else (mask == 0).sum(1).tolist()
     target_cache = RowCache.for_model(model, model_kwargs[CACHE_KWARG], len(pads), device)
-    eos = eos_tensor(config)
-    eos_ids = set() if eos is None else set(eos.flatten().tolist())
+    eos_set = eos_ids(eos_tensor(config))
     pad_id = getattr(config, "_pad_token_tensor", None)
     pad_id = int(pad_id) if pad_id is not None else 0
     max_new = config.max_length - input_ids.shape[1]
@@ -304,10 +258,10 @@ def batched_assisted_decoding(
     active = list(rows)
     while active:
         budgets = [min(plan.max_draft_tokens, max_new - row.generated - 1) for row in active]
-        drafted, qs = _draft_round(plan, draft_cache, active, budgets, processors, config, eos_ids, stopper, clock)
+        drafted, qs = _draft_round(plan, draft_cache, active, budgets, processors, config, eos_set, stopper, clock)
         from_draft = [len(tokens) for tokens in drafted]
         if plan.phrases is not None:
-            _extend(plan.phrases, active, drafted, qs, max_new, eos_ids, config, model)
+            _extend(plan.phrases, active, drafted, qs, max_new, eos_set, config, model)
         held = target_cache.held()
         # right-aligned (but for windowed models), so the first round's block is the left-padded prompt plus drafts
         blocks = [row.ids[row.pad + h:] + d for row, h, d in zip(active, held, drafted)]
@@ -320,7 +274,7 @@ def batched_assisted_decoding(
         stats.target_forwards += 1
         finished = [b for b, row in enumerate(active)
                     if _settle(row, drafted[b], from_draft[b], qs[b], logits[b, width - len(drafted[b]) - 1:],
-                               processors[row.index], plan, config, stats, max_new, eos_ids, stopping_criteria,
+                               processors[row.index], plan, config, stats, max_new, eos_set, stopping_criteria,
                                keep_scores, keep_logits)]
         kept = [b for b in range(len(active)) if b not in finished]
         active = [active[b] for b in kept]
@@ -379,7 +333,7 @@ def _extend(phrases, rows: list[_Row], drafted: list[list[int]], qs: list, max_n
         if phrases.config.sampling_pool_q == "none":
             qs[b] = None
         elif qs[b] is not None:
-            vocab = model.get_output_embeddings().weight.shape[0]
+            vocab = model.get_output_embeddings().out_features
             for token in phrase:
                 one_hot = torch.full((1, vocab), float("-inf"))
                 one_hot[0, token] = 0.0

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 
-from .._hf_compat import CandidateGenerator, crop_cache
+from .._hf_compat import CandidateGenerator, crop_cache, eos_ids
+from ..costs import RoundClock
 from ..modeling_pacer import PacerPreVerifier, draft_features, loop_features
 from ..stats import PacerStats
 from .draft_forwards import choose_draft_forward
 
 if TYPE_CHECKING:
-    from .round_costs import RoundCosts
+    from ..costs import RoundCosts
 
 
 def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, target_scores: torch.Tensor) -> list[float]:
@@ -39,7 +40,8 @@ class PacerStoppingCriteria(StoppingCriteria):
     With `trim_failed_block` (greedy only) `trim` says how many trailing tokens to drop instead.
     """
 
-    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None):
+    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None,
+                 draft_device: torch.device | None = None):
         self.preverifier = preverifier.eval()
         self.costs = costs  # expected_gain: what a round drafting k tokens costs here (else the config's calibration)
         self.block_size = preverifier.config.block_size
@@ -47,7 +49,10 @@ class PacerStoppingCriteria(StoppingCriteria):
         self.stats = stats
         from .preverifier_kernel import round_scorer  # numba, imported when Pacer first runs
 
-        self.scorer = round_scorer(preverifier)  # CPU: compiled, token by token; None: the torch forward, block by block
+        # CPU: compiled, token by token; None: the torch forward, block by block. The compiled scorer reads the draft's
+        # tensors as numpy arrays, so a draft elsewhere (CUDA) takes the torch path even with a pre-verifier on CPU.
+        on_cpu = draft_device is None or torch.device(draft_device).type == "cpu"
+        self.scorer = round_scorer(preverifier) if on_cpu else None
         self.hidden: list[torch.Tensor] = []  # the current block's inputs only
         self.features: list[torch.Tensor] = []
         self.past = None  # the pre-verifier's keys/values over the round's earlier blocks (torch path)
@@ -131,13 +136,11 @@ class PacerCandidateGenerator(CandidateGenerator):
         self.stats = stats
         self.processors = LogitsProcessorList(logits_processor or [])
         self.do_sample = bool(generation_config.do_sample)
-        eos = generation_config.eos_token_id
-        self.eos = set() if eos is None else {int(t) for t in torch.as_tensor(eos).flatten().tolist()}
+        self.eos = eos_ids(generation_config.eos_token_id)
         self.ids = torch.empty((1, self.max_length), dtype=torch.long, device=draft.device)
         self.forward, self.cache = choose_draft_forward(draft, draft_forward, self.max_length, stats)
-        self.round_start: float | None = None  # timing for the stop rule's costs (the first round reads the prompt)
+        self.clock = RoundClock(stop.costs if stop is not None else None)  # timing for the stop rule's costs
         self.rounds = 0
-        self.proposed = 0
 
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
@@ -148,7 +151,7 @@ class PacerCandidateGenerator(CandidateGenerator):
         n, processed = self._draft(input_ids, budget) if budget > 0 else (0, [])
         self.stats.draft_lengths.append(n)
         self.rounds += 1
-        self.round_start, self.proposed = (start if self.rounds > 1 else None), n
+        self.clock.handed_out(n, start if self.rounds > 1 else None)  # the first round also reads the prompt
         if n == 0:
             return input_ids, None
         # A view: the verification loop reads the candidates before the next round writes `ids` again.
@@ -200,9 +203,7 @@ class PacerCandidateGenerator(CandidateGenerator):
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
         """No schedule to update (the draft length is decided while drafting); record the outcome and, for a
         stop rule deciding by cost, what the round cost."""
-        if self.round_start is not None and self.stop is not None and self.stop.costs is not None:
-            self.stop.costs.observe(self.proposed, time.perf_counter() - self.round_start)
-            self.round_start = None
+        self.clock.verdict()
         self.stats.accepted.append(int(num_matches))
         if self.stop is not None:
-            self.stop.end_round(int(num_matches), self.proposed, scores[0, int(num_matches)])
+            self.stop.end_round(int(num_matches), self.clock.proposed, scores[0, int(num_matches)])

@@ -32,6 +32,7 @@ from .._hf_compat import (
     CandidateGenerator,
     crop_cache,
     default_candidate_generator,
+    eos_ids,
     eos_tensor,
     speculative_sampling,
 )
@@ -72,8 +73,7 @@ def lean_assisted_decoding(
     keep_scores = config.return_dict_in_generate and config.output_scores
     keep_logits = config.return_dict_in_generate and config.output_logits
     scores, raw_logits = (() if keep_scores else None), (() if keep_logits else None)
-    eos = eos_tensor(config)
-    eos_ids = set() if eos is None else set(eos.flatten().tolist())
+    eos_set = eos_ids(eos_tensor(config))
     forward_kwargs = {CACHE_KWARG: cache, "use_cache": True}
     cache.activate_past_recording()  # windowed / linear-attention layers must be able to roll back
     while True:
@@ -91,7 +91,7 @@ def lean_assisted_decoding(
         raw = new_logits.clone() if keep_logits else None
         process_positions(logits_processor, candidates, new_logits[0])
         tokens = accept_step(config, candidates[:, cur_len:], candidate_logits, new_logits,
-                             config.max_length - cur_len, eos_ids)
+                             config.max_length - cur_len, eos_set)
         valid = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
         n = valid.shape[1] - 1
         input_ids = torch.cat((input_ids, valid), dim=-1)

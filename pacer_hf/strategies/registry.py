@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 from transformers import PreTrainedModel
 
 from ..loops.candidate_generator import PacerStoppingCriteria
+from ..loops.probes import draft_costs
 from ..modeling_lookup_gate import PacerLookupGate
 from ..modeling_pacer import PacerPreVerifier, calibrated_round_time
 from ..stats import PacerStats
-from ..timing import draft_costs
 
 
 class StrategyConfig:
@@ -81,7 +81,7 @@ class StrategyContext:
 
     def preverifier_stop(self, stats: PacerStats, max_tokens: int) -> PacerStoppingCriteria | None:
         """The pre-verifier as the drafting stop criterion (None without one); an expected-gain rule decides
-        with this machine's round costs (`loops/round_costs.py`), reported in `stats.costs` when the call ends."""
+        with this machine's round costs (`costs/round_costs.py`), reported in `stats.costs` when the call ends."""
         if self.preverifier is None:
             return None
         costs = None
@@ -90,7 +90,8 @@ class StrategyContext:
             prior = [calibrated_round_time(calibration)(k) for k in range(max_tokens + 1)] if calibration else None
             costs = draft_costs(self.model, self.draft, self.preverifier, max_tokens, self.costs, prior)
             stats.use_costs(costs)
-        return PacerStoppingCriteria(self.preverifier, stats, costs)
+        draft_device = self.draft.device if self.draft is not None else None
+        return PacerStoppingCriteria(self.preverifier, stats, costs, draft_device=draft_device)
 
 
 @dataclass(frozen=True)

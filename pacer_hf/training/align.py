@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from ..loading import check_pair, load_causal_lm, load_tokenizer
 from .collect import CollectConfig, plan_units, propose_and_label
-from .common import check_pair, cli_errors, load_causal_lm, load_tokenizer
+from .common import cli_errors
 from .sources import load_texts
 
 

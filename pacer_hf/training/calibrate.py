@@ -13,52 +13,22 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from ..costs import CostModel
 from ..generation import disable, enable, last_stats
+from ..loops.probes import measure_costs
 from ..modeling_pacer import PacerPreVerifier
-from ..timing import cached_forward_timer, draft_step_timer, preverifier_token_timer
 from .collect import load_traces
 from .common import cli_errors
-from .simulate import CostModel, acceptance_matrix, best_setting, speedup_table
+from .simulate import acceptance_matrix, best_setting, speedup_table
 from .train import auc_ece, predict_probs, prepare, split_by_text
 from .validate import compare_in_generate
-
-
-@torch.inference_mode()
-def measure_costs(target: PreTrainedModel, draft: PreTrainedModel | None, preverifier: PacerPreVerifier | None = None,
-                  context: int = 128, max_k: int = 16, repeats: int = 15, progress: bool = True) -> CostModel:
-    """Time one target step, target forwards over k+1 tokens (k = 0..max_k), one draft step on a cached
-    `context`-token prefix and the pre-verifier's work per drafted token; all relative to one target step.
-    Interleaved repeats, medians. The draft step goes through the forward the drafting loop uses (the lean
-    one when the draft qualifies). Without a draft (prompt lookup) the draft cost is 0."""
-    def timer(model: PreTrainedModel, width: int, keep: int | None):
-        return cached_forward_timer(model, width, context, logits_to_keep=keep)
-
-    runs = {"target": timer(target, 1, 1)}
-    if draft is not None:
-        runs["draft"] = draft_step_timer(draft, context)
-    runs.update({f"verify-{k}": timer(target, k + 1, None) for k in range(1, max_k + 1)})
-    if preverifier is not None:
-        runs["preverifier"] = preverifier_token_timer(preverifier, draft or target)
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for name in runs:  # warm-up
-        runs[name]()
-    for _ in tqdm(range(repeats), desc="timing", disable=not progress):
-        for name, once in runs.items():
-            samples[name].append(once())
-    med = {name: statistics.median(values) for name, values in samples.items()}
-    step = med["target"]
-    verify = [1.0] + [med[f"verify-{k}"] / step for k in range(1, max_k + 1)]
-    return CostModel(draft_cost=med.get("draft", 0.0) / step, verify_cost=verify,
-                     preverifier_cost=med.get("preverifier", 0.0) / step, step_seconds=step)
 
 
 @torch.inference_mode()
@@ -81,7 +51,7 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
         raise ValueError("measure_loop_costs needs costs.step_seconds: pass the CostModel that measure_costs returned.")
     enabled_here = getattr(target, "_pacer_plain_generate", None) is None
     enable(target)
-    vocab = target.get_output_embeddings().weight.shape[0]
+    vocab = target.get_output_embeddings().out_features
     prompt = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0)).to(target.device)
 
     def timed(tokens: int = new_tokens, **kwargs) -> tuple[float, object]:
@@ -187,7 +157,7 @@ def calibrate_preverifier(preverifier: PacerPreVerifier, traces, costs: CostMode
 
 def validate(target, draft, preverifier: PacerPreVerifier, report: dict, args: argparse.Namespace) -> dict:
     """Time the chosen setting next to fixed γ in real generate calls on held-out prompts; print both views."""
-    from .common import load_tokenizer
+    from ..loading import load_tokenizer
 
     tokenizer = load_tokenizer(args.tokenizer or args.target)
     with open(args.validate_prompts, encoding="utf-8") as handle:
@@ -260,7 +230,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @cli_errors("calibrate")
 def run(args: argparse.Namespace) -> int:
     from ..generation import load_preverifier
-    from .common import load_causal_lm
+    from ..loading import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -16,8 +16,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from ..loading import model_name
 from ..modeling_pacer import draft_features, draft_signature, loop_features
-from .collect import (
+from .collect import draft_rollout
+from .traces import (
     FORMAT_VERSION,
     CollectConfig,
     _digest,
@@ -26,9 +28,7 @@ from .collect import (
     _open_shards,
     _save_shard,
     _shard_done,
-    draft_rollout,
 )
-from .common import model_name
 
 
 def collect_along_answers(
@@ -64,7 +64,7 @@ def collect_along_answers(
     config = CollectConfig(max_draft_tokens=max_draft_tokens, context=context, batch_size=batch_size,
                            shard_size=records_per_shard, positions_per_text=1, min_prefix=1)
     out = Path(output_dir)
-    hidden_size = int(draft.get_output_embeddings().weight.shape[1])
+    hidden_size = int(draft.get_output_embeddings().in_features)
     run = {
         "format_version": FORMAT_VERSION, "config": asdict(config), "source": source, "loop_features": True,
         "tokens_sha256": _digest([r["prompt"] + r["response"] for r in records]),

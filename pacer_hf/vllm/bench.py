@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..loops.round_costs import cpu_name
+from ..costs import cpu_name
 from .environment import check_environment
 from .proposer import STATS_ENV
 
@@ -64,7 +64,7 @@ def load_prompts(args) -> tuple[Path, dict[str, list[list[int]]]]:
     from transformers import AutoTokenizer
 
     from .._paths import hub_cards_dir
-    from ..bench.prompts import CATEGORIES, CHAT_CATEGORIES, build_prompts, check_categories
+    from ..data.prompts import CATEGORIES, CHAT_CATEGORIES, build_prompts, check_categories
 
     if args.pair == "smollm2":
         from ..pairs import smollm2_cache_dir
@@ -89,7 +89,7 @@ def load_prompts(args) -> tuple[Path, dict[str, list[list[int]]]]:
                                        prompt_tokens=args.prompt_tokens or 256, target_dir=folder)
         prompts.update({c: [list(p.ids) for p in built[c]] for c in plain})
     if chat:
-        from ..bench.chat_prompts import chat_prompts
+        from ..data.chat_prompts import chat_prompts
 
         for c in chat:
             prompts[c] = [list(p.ids) for p in chat_prompts(tokenizer, c, n=args.prompts,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...candidates.suffix import SuffixSource
+from ...costs import lookup_costs
 from ...loops.candidate_generator import PacerCandidateGenerator
-from ...loops.round_costs import lookup_costs
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 from .generator import LookupCandidateGenerator, LookupStats
 

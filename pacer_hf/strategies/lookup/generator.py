@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 import torch
 from transformers import GenerationConfig
 
-from ..._hf_compat import CandidateGenerator
+from ..._hf_compat import CandidateGenerator, eos_ids
 from ...candidates.suffix import CACHE, SuffixSource, gate_features
+from ...costs import RoundClock, RoundCosts
 from ...loops.candidate_generator import PacerCandidateGenerator
-from ...loops.round_costs import RoundCosts
 from ...modeling_lookup_gate import PacerLookupGate, feature_rows, find_lookup
 from ...stats import PacerStats
 
@@ -47,16 +47,15 @@ class LookupCandidateGenerator(CandidateGenerator):
         self.num_tokens = num_tokens
         self.source = source  # the request's suffix index (and a cache of earlier requests); None: find_lookup
         self.costs = costs  # what a round proposing k lookup tokens costs here; refined by every round
-        self.round_start: float | None = None  # None: the first round (it reads the prompt), or a draft round
-        self.proposed = 0
+        self.clock = RoundClock(costs)  # times the lookup rounds (a draft round: the draft generator's own)
+        self.delegated = False  # the round in flight was the draft's
         self.max_ngram = max_ngram
         self.gate = gate
         self.stats = stats
         self.drafting = drafting
         self.max_length = generation_config.max_length
         self.sampling = bool(generation_config.do_sample)
-        eos = generation_config.eos_token_id
-        self.eos = set() if eos is None else {int(t) for t in torch.as_tensor(eos).flatten().tolist()}
+        self.eos = eos_ids(generation_config.eos_token_id)
         self.prompt_length: int | None = None
         self.confidence: float | None = None  # the target's probability of the last token it chose
         self.scorer = gate.scorer() if gate is not None else None
@@ -71,11 +70,12 @@ class LookupCandidateGenerator(CandidateGenerator):
         budget = min(self.num_tokens, self.max_length - cur_len - 1)
         tokens = self._lookup(input_ids[0], budget) if budget > 0 else []
         self.stats.lookup_lengths.append(len(tokens))
-        if not tokens and self.drafting is not None:
+        self.delegated = not tokens and self.drafting is not None
+        if self.delegated:
             return self.drafting.get_candidates(input_ids)
         self.stats.target_forwards += 1
         self.stats.draft_lengths.append(len(tokens))
-        self.round_start, self.proposed = (None if first else start), len(tokens)
+        self.clock.handed_out(len(tokens), None if first else start)  # the first round also reads the prompt
         if not tokens:
             return input_ids, None
         proposal = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
@@ -108,12 +108,13 @@ class LookupCandidateGenerator(CandidateGenerator):
         return tokens
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
-        """Record the outcome and what the round cost; keep the target's probability of its last choice for the
-        gate's next round."""
-        if self.round_start is not None and self.costs is not None:
-            self.costs.observe(self.proposed, time.perf_counter() - self.round_start)
-            self.round_start = None
-        self.stats.accepted.append(int(num_matches))
+        """Record the outcome and what the round cost (a draft round: in the draft generator, whose costs and loop
+        features it refines); keep the target's probability of its last choice for the gate's next round."""
+        if self.delegated:
+            self.drafting.update_candidate_strategy(input_ids, scores, num_matches)
+        else:
+            self.clock.verdict()
+            self.stats.accepted.append(int(num_matches))
         if self.gate is not None:
             start = time.perf_counter()
             self.confidence = float(torch.softmax(scores[0, int(num_matches)].float(), dim=-1).max())

@@ -109,7 +109,7 @@ class OuroborosCandidateGenerator(PacerCandidateGenerator):
         if not self.do_sample or self.config.sampling_pool_q == "none":
             return None
         if draft_logits is None:  # the draft proposed nothing this round
-            vocab, dtype = self.draft.get_output_embeddings().weight.shape[0], torch.float32
+            vocab, dtype = self.draft.get_output_embeddings().out_features, torch.float32
         else:
             vocab, dtype = draft_logits.shape[-1], draft_logits.dtype
         one_hot = torch.full((1, extension.shape[1], vocab), float("-inf"), dtype=dtype, device=extension.device)

@@ -18,7 +18,7 @@ import weakref
 import torch
 from transformers import PreTrainedModel
 
-from ...timing import cached_forward_timer
+from ...costs import cached_forward_timer, fastest
 from ..registry import STRATEGIES, StrategyCall, StrategyContext, register_strategy
 from .config import PearlConfig, PearlStats
 from .generator import PearlCandidateGenerator
@@ -35,9 +35,7 @@ def _step_seconds(model: PreTrainedModel, tokens: int, reps: int = 7, context: i
 
     The minimum, not the median: on a shared machine other jobs only ever add time.
     """
-    once = cached_forward_timer(model, tokens, context)
-    once()  # warm-up
-    return min(once() for _ in range(reps))
+    return fastest(cached_forward_timer(model, tokens, context), reps)
 
 
 def measure_gamma(target: PreTrainedModel, draft: PreTrainedModel, max_gamma: int = 8) -> int:

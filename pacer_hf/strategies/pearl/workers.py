@@ -374,7 +374,7 @@ def make_worker(mode: str, run: Run, *, config: PearlConfig, stats: PearlStats, 
         return ThreadWorker(run, stats=stats, timeout_s=config.timeout_s, draft_threads=config.draft_threads,
                             switch_interval_s=config.switch_interval_s, device=draft.device)
     if mode == "process":
-        vocab = draft.get_output_embeddings().weight.shape[0]
+        vocab = draft.get_output_embeddings().out_features
         return ProcessWorker(run, stats=stats, timeout_s=config.timeout_s, max_length=max_length, slots=slots,
                              vocab=vocab, do_sample=do_sample)
     raise ValueError(f"unknown PEARL worker mode {mode!r}; expected 'sequential', 'thread' or 'process'.")

@@ -1,6 +1,6 @@
 """The demo-pair build's last stage: evaluate the pair and write the two Hub folders with model cards.
 
-Stage `export` of `pacer-hf build-demo-pair` (pacer_hf.training.demo_pair): held-out losses, greedy
+Stage `export` of `pacer-hf build-demo-pair` (pacer_hf.recipes.demo_pair): held-out losses, greedy
 agreement, decode step costs, oracle draft lengths, then bf16 safetensors, tokenizer, generation config,
 corpus_splits.json and a model card (every number from this build's report.json) per model.
 """
@@ -11,15 +11,14 @@ import argparse
 import json
 import math
 import os
-import statistics
 from collections import Counter
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ..bench.prompts import humaneval_prompts
-from ..timing import cached_forward_timer
+from ..costs import cached_forward_timer, interleaved
+from ..data.prompts import humaneval_prompts
 from .demo_data import SPLITS_FILE, Blocks, load_stage_model, require_stage, update_report
 
 
@@ -53,7 +52,7 @@ def decode_step_ms(model, prompt_len: int = 128, steps: int = 48) -> float:
     loop makes per draft token, and the call plain decoding makes per target token."""
     model.eval()
     once = cached_forward_timer(model, 1, prompt_len, logits_to_keep=1)
-    return 1000 * statistics.median(once() for _ in range(steps))
+    return 1000 * interleaved({"step": once}, steps, warmup=0)["step"]
 
 
 def decode_costs(models: dict, rounds: int = 7, steps: int = 32) -> dict[str, float]:

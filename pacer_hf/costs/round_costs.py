@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import statistics
 import time
 from collections import deque
@@ -35,13 +34,10 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from .._hf_compat import CACHE_KWARG, crop_cache, new_cache
+from .measure import model_key, processor_name, time_forwards
 
 COST_MODES = ("measure", "probe", "prior")  # pacer_costs=...; or a list of relative costs k = 0..K
 COST_CACHE_ENV = "PACER_HF_COST_CACHE"
-PROBE_BUDGET_S = 2.5  # the forward probe starts no pass that would end past this (at least one pass runs)
-PROBE_PASSES = 5
-PROBE_CONTEXT = 64
 MIN_ROUNDS = 8  # online rounds before they refine the probe
 REFIT_EVERY = 16  # rounds between refits after that (a fit costs ≈ 0.3 ms, a small model's round ≈ 15 ms)
 WINDOW = 256  # the latest online rounds kept
@@ -116,6 +112,24 @@ class RoundCosts:
                 "fit": {"scale": round(scale, 4), "offset_ms": round(1000 * offset, 3)}, **self.describe}
 
 
+class RoundClock:
+    """A candidate generator's round timing for its `RoundCosts`: from handing out the candidates (`handed_out`)
+    to the verdict (`verdict`). The call's first round, which also reads the prompt, is handed out untimed."""
+
+    def __init__(self, costs: RoundCosts | None):
+        self.costs = costs
+        self.start: float | None = None
+        self.proposed = 0  # tokens proposed by the round in flight
+
+    def handed_out(self, proposed: int, start: float | None) -> None:
+        self.start, self.proposed = start, proposed
+
+    def verdict(self) -> None:
+        if self.start is not None and self.costs is not None:
+            self.costs.observe(self.proposed, time.perf_counter() - self.start)
+        self.start = None
+
+
 def fit_probe(probe: list[float], samples) -> tuple[float, float]:
     """(a, b) with a > 0, b >= 0 minimising sum_k n_k (median_k - a * probe[k] - b)^2 over the observed lengths k
     (n_k rounds, median_k their median seconds); one length alone, or a fit that would need b < 0, gives b = 0."""
@@ -187,71 +201,6 @@ def forward_costs(model: PreTrainedModel, widths: int) -> tuple[str, dict, list[
             _write_disk(key, describe, seconds)
     seconds, wall = _FORWARDS[key]
     return hashlib.sha1(key.encode()).hexdigest()[:16], describe, list(seconds), wall
-
-
-@torch.no_grad()
-def time_forwards(model: PreTrainedModel, widths: int, context: int = PROBE_CONTEXT,
-                  budget_s: float = PROBE_BUDGET_S) -> list[float]:
-    """Seconds of one cached forward over w = 1..widths new tokens after a `context`-token prefix: every width
-    once per pass, as many passes as fit in `budget_s` (at least one, at most PROBE_PASSES), minimum per width."""
-    vocab = model.get_output_embeddings().weight.shape[0]
-    generator = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, context), generator=generator).to(model.device)
-    tokens = torch.randint(0, vocab, (1, widths), generator=generator).to(model.device)
-    cache = new_cache(model.config)
-    model(input_ids=prefix, use_cache=True, **{CACHE_KWARG: cache})
-    cuda = model.device.type == "cuda"
-    best = [float("inf")] * widths
-    start = time.perf_counter()
-
-    def forward(width: int) -> float:
-        if cuda:
-            torch.cuda.synchronize(model.device)
-        begin = time.perf_counter()
-        model(input_ids=tokens[:, :width], use_cache=True, **{CACHE_KWARG: cache})
-        if cuda:
-            torch.cuda.synchronize(model.device)
-        elapsed = time.perf_counter() - begin
-        crop_cache(cache, context)
-        return elapsed
-
-    forward(1)  # warm-up
-    last_pass = 0.0
-    for passes in range(PROBE_PASSES):
-        if passes and time.perf_counter() - start + last_pass > budget_s:  # another pass would overrun the budget
-            break
-        began = time.perf_counter()
-        for width in range(1, widths + 1):
-            best[width - 1] = min(best[width - 1], forward(width))
-        last_pass = time.perf_counter() - began
-    return best
-
-
-def model_key(model) -> str:
-    """What a probe of `model` depends on: its class, configuration, size, dtype, device, thread count,
-    processor and the torch version."""
-    config = model.config.to_dict()
-    config.pop("_name_or_path", None)
-    config.pop("transformers_version", None)
-    text = json.dumps([type(model).__name__, config, model.num_parameters(), str(model.dtype), str(model.device),
-                       torch.get_num_threads(), processor_name(), torch.__version__], sort_keys=True, default=str)
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
-
-
-def processor_name() -> str:
-    """The GPU's name when CUDA is in use, else the CPU's (`cpu_name`)."""
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_name()
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux /proc/cpuinfo, else what `platform` knows)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _read_disk(key: str) -> list[float] | None:

@@ -1,4 +1,4 @@
-"""The model card of a lookup gate trained by `pacer-hf train-lookup-gate` (training/lookup_gate.py)."""
+"""The model card of a lookup gate trained by `pacer-hf train-lookup-gate` (recipes/lookup_gate.py)."""
 
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ def stdlib_prompts(tokenizer, splits_file: Path, n: int = 480, prompt_tokens: in
     import random
     import sysconfig
 
-    from ..bench.prompts import stdlib_test_files
+    from ..data.prompts import stdlib_test_files
 
     root = Path(sysconfig.get_paths()["stdlib"])
     train = [root / rel for rel in json.loads(Path(splits_file).read_text())["train"]]
@@ -212,7 +212,7 @@ def measure_round_cost(target, max_tokens: int, context: int = 400, repeats: int
     """Proposing k = 0..max_tokens lookup tokens costs a target forward of k + 1 tokens after a cached
     `context`-token prefix: calibrate's measured verify costs (interleaved medians, no draft), as ms and
     relative to one token (`round_cost`)."""
-    from .calibrate import measure_costs
+    from ..loops.probes import measure_costs
 
     costs = measure_costs(target, None, context=context, max_k=max_tokens, repeats=repeats)
     return {"verify_ms": [round(1000 * costs.step_seconds * v, 2) for v in costs.verify_cost],
@@ -359,7 +359,7 @@ def run(args) -> int:
         return 0
     options = dict(max_tokens=args.max_tokens, max_ngram=args.max_ngram, epochs=args.epochs, lr=args.lr,
                    batch_size=args.batch_size, seed=args.seed)
-    vocab = None if several else pairs[names[0]].target.get_output_embeddings().weight.shape[0]
+    vocab = None if several else pairs[names[0]].target.get_output_embeddings().out_features
     gate = stage_train(merge(list(examples.values())), work, target_name=" + ".join(TARGETS[n] for n in names),
                        vocab_size=vocab, **options)
     if args.stage == "train":

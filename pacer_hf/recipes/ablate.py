@@ -1,6 +1,6 @@
 """Ablations of the pre-verifier recipe on one pair: inputs, loss, label masking, block size, decision rule.
 
-    python -m pacer_hf.training.ablate --train TRACES --heldout HELDOUT --costs PV/config.json --out DIR
+    python -m pacer_hf.recipes.ablate --train TRACES --heldout HELDOUT --costs PV/config.json --out DIR
 
 Every variant trains with the same budget and seed; the held-out texts are split in two halves by
 text: the decision setting (rule, block size, threshold) is chosen on half A and the speedup is
@@ -15,10 +15,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .calibrate import measure_costs
-from .collect import load_traces
-from .simulate import CostModel, acceptance_matrix, best_setting, pacer_lengths, speedup, speedup_table
-from .train import auc_ece, predict_probs, prepare, split_by_text, train_preverifier
+from ..loops.probes import measure_costs
+from ..training.collect import load_traces
+from ..training.simulate import (
+    CostModel,
+    acceptance_matrix,
+    best_setting,
+    pacer_lengths,
+    speedup,
+    speedup_table,
+)
+from ..training.train import auc_ece, predict_probs, prepare, split_by_text, train_preverifier
 
 VARIANTS = {
     "both (default)": {},
@@ -76,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         cal = json.loads(Path(args.costs).read_text())["calibration"]
         costs = CostModel.from_calibration(cal)
     else:
-        from .common import load_causal_lm
+        from ..loading import load_causal_lm
 
         costs = measure_costs(load_causal_lm(args.target), load_causal_lm(args.draft))
     calib, report = split_by_text(load_traces(args.heldout), 0.5, seed=1)

@@ -43,7 +43,7 @@ def onpolicy_prompts(tokenizer, splits_file: Path, n: int, prompt_tokens: int = 
     files (64..prompt_tokens tokens), 20 % `def test_` windows of test suites outside the benchmark's tenth."""
     import sysconfig
 
-    from ..bench.prompts import boilerplate_texts, docstring_texts, stdlib_test_files
+    from ..data.prompts import boilerplate_texts, docstring_texts, stdlib_test_files
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     root = Path(root or stdlib)
@@ -173,7 +173,7 @@ def measure(target, draft, tokenizer, prompts: int = 40, new_tokens: int = 128, 
     """What the issue's targets name, on HumanEval prompts (code the pair never trained on): greedy agreement
     of the draft along the target's own greedy path (teacher-forced), mean accepted draft tokens per round of
     fixed length `cap`, the decode step costs and c (interleaved rounds, lowest median)."""
-    from ..bench.prompts import humaneval_prompts
+    from ..data.prompts import humaneval_prompts
     from .demo_export import decode_costs, oracle_lengths
     from .smollm2_draft import generate_batch
     from .smollm2_draft_train import agreement
@@ -320,8 +320,8 @@ def stage_preverifier(args: argparse.Namespace, work: Path) -> None:
     (`collect_along_answers`; held-out answers apart), `train_preverifier` (Trainer), then costs measured on this
     machine and the stop rule chosen on the held-out traces (`calibrate_preverifier`); written to
     OUT/demo-preverifier with its card. Each step is skipped when its result exists."""
-    from .collect import read_manifest
-    from .collect_answers import collect_along_answers
+    from ..training.collect import read_manifest
+    from ..training.collect_answers import collect_along_answers
     from .smollm2_draft import RESPONSES
     from .smollm2_draft_train import read_records
 
@@ -349,7 +349,7 @@ def stage_preverifier_sampling(args: argparse.Namespace, work: Path) -> None:
     forward (`collect`, soft labels), Trainer, costs and the stop rule as above; written to
     OUT/demo-preverifier-sampling (`config.decoding == "sampling"`). A pre-verifier trained on greedy rounds
     predicts greedy agreement, which a sampled token rarely has though the target often accepts it."""
-    from .collect import CollectConfig, collect
+    from ..training.collect import CollectConfig, collect
     from .smollm2_draft import SAMPLED_RESPONSES
     from .smollm2_draft_train import read_records
 
@@ -378,9 +378,10 @@ def _train_and_ship(args: argparse.Namespace, target, draft, traces: dict, train
     chosen on half of the held-out answers and reported on the other half; the Hub folder with its card."""
     from ..generation import load_preverifier
     from ..hub.publish import build_preverifier_repo
-    from .calibrate import calibrate_preverifier, format_table, measure_costs, measure_loop_costs
-    from .collect import load_traces
-    from .train import split_by_text, train_preverifier
+    from ..loops.probes import measure_costs
+    from ..training.calibrate import calibrate_preverifier, format_table, measure_loop_costs
+    from ..training.collect import load_traces
+    from ..training.train import split_by_text, train_preverifier
 
     if not (trained / "model.safetensors").is_file():
         train_preverifier(str(traces["train"]), trained, eval_data=str(traces["heldout"]), epochs=args.preverifier_epochs,

@@ -1,6 +1,6 @@
 """The demo-pair build's data: the stdlib corpus, its file split, the tokenizer, token blocks, the work dir.
 
-Stages `tokenizer` and `data` of `pacer-hf build-demo-pair` (pacer_hf.training.demo_pair), plus the
+Stages `tokenizer` and `data` of `pacer-hf build-demo-pair` (pacer_hf.recipes.demo_pair), plus the
 helpers every stage shares: the report file and loading a finished stage's model.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from .._paths import hub_cards_dir
-from ..bench.prompts import SPLITS_FILE, pair_held_out_files
+from ..data.prompts import SPLITS_FILE, pair_held_out_files
 
 CORPUS_EXCLUDED_DIRS = {"test", "tests", "idle_test", "site-packages", "encodings", "pydoc_data", "__pycache__"}
 """Test suites are dropped (repetitive fixtures, a third of the stdlib's bytes) and so are data-like

@@ -1,37 +1,32 @@
-"""The timing primitives behind every cost measurement: calibration's c, verify and pre-verifier costs,
-PEARL's γ, the demo pair's decode steps and the draft rounds' probe (`draft_costs`)."""
+"""What the drafting loop's own pieces cost: the timers of a draft step (through the forward the loop uses) and of
+the pre-verifier's work per drafted token, the probe of a draft round (`draft_costs`) and a pair's cost model for
+calibration and the benchmark (`measure_costs`). The timing itself is `pacer_hf.costs` (one loop, one timer);
+this module only says what to time, because only the loop knows it."""
 
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable
 
 import torch
 from transformers import PreTrainedModel
 
-from ._hf_compat import CACHE_KWARG, crop_cache, new_cache
-from .loops.lean_draft import LeanDraft
-from .loops.round_costs import RoundCosts, cached_probe, forward_costs, model_key, resolve_costs
-from .modeling_pacer import PacerPreVerifier
-
-
-@torch.no_grad()
-def cached_forward_timer(
-    model: PreTrainedModel, width: int, context: int = 32, logits_to_keep: int | None = None
-) -> Callable[[], float]:
-    """A callable returning the seconds of one forward of `width` new tokens after a cached
-    `context`-token prefix (batch 1). The cache is cropped back after every call, so repeated calls
-    time the same work and can be interleaved across models; CUDA is synchronized around the call."""
-    vocab = model.get_output_embeddings().weight.shape[0]
-    generator = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, context), generator=generator).to(model.device)
-    tokens = torch.randint(0, vocab, (1, width), generator=generator).to(model.device)
-    extra = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
-    cache = new_cache(model.config)  # recording: a windowed layer rolls back past its window too
-    model(input_ids=prefix, use_cache=True, **{CACHE_KWARG: cache})
-    return _cropping_timer(lambda: model(input_ids=tokens, use_cache=True, **{CACHE_KWARG: cache}, **extra),
-                           cache, context, model.device)
+from ..costs import (
+    CostModel,
+    RoundCosts,
+    cached_forward_timer,
+    cached_probe,
+    fastest,
+    forward_costs,
+    interleaved,
+    model_key,
+    resolve_costs,
+    timer,
+)
+from ..modeling_pacer import PacerPreVerifier
+from ..stats import PacerStats
+from .candidate_generator import PacerStoppingCriteria
+from .lean_draft import LeanDraft
 
 
 @torch.no_grad()
@@ -45,7 +40,7 @@ def draft_step_timer(draft: PreTrainedModel, context: int = 32) -> Callable[[], 
     prefix = torch.randint(0, lean.embed.shape[0], (1, context + 1), generator=generator).to(lean.device)
     kv = lean.new_cache(context + 1)
     lean(prefix[:, :context], kv)
-    return _cropping_timer(lambda: lean(prefix[:, context:], kv), kv, context, lean.device)
+    return timer(lambda: lean(prefix[:, context:], kv), kv, context, lean.device)
 
 
 @torch.no_grad()
@@ -58,21 +53,19 @@ def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedMode
 
     Scoring is per token whatever the block size (the CPU scorer adds one token at a time), so the cost model
     charges it per drafted token."""
-    from .loops.candidate_generator import PacerStoppingCriteria
-    from .stats import PacerStats
-
     config = preverifier.config.to_dict()
     config.update(block_size=1, decision_rule="block", threshold=0.0, trim_failed_block=False)
     copy = type(preverifier)(type(preverifier.config)(**config)).to(preverifier.device).eval()
     copy.load_state_dict(preverifier.state_dict())
-    stop = PacerStoppingCriteria(copy, PacerStats(strategy="timing"))
+    # the inputs live where the draft makes them, and the path (compiled or torch) is the one generation takes there
+    stop = PacerStoppingCriteria(copy, PacerStats(strategy="timing"), draft_device=draft.device)
     if not scorer:
         stop.scorer = None
-    vocab = draft.get_output_embeddings().weight.shape[0]
+    vocab = draft.get_output_embeddings().out_features
     generator = torch.Generator().manual_seed(0)
     tokens = min(8, copy.config.max_draft_tokens)
-    hidden = torch.randn(tokens, 1, copy.config.draft_hidden_size, generator=generator).to(copy.device)
-    logits = (torch.randn(tokens, 1, vocab, generator=generator) * 3).to(copy.device)
+    hidden = torch.randn(tokens, 1, copy.config.draft_hidden_size, generator=generator).to(draft.device)
+    logits = (torch.randn(tokens, 1, vocab, generator=generator) * 3).to(draft.device)
     ids = logits.argmax(-1, keepdim=True)
 
     def round_() -> None:
@@ -80,7 +73,7 @@ def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedMode
         for i in range(tokens):
             stop.add_token(hidden[i], logits[i], ids[i])
 
-    timed = _cropping_timer(round_, None, 0, copy.device)
+    timed = timer(round_, None, 0, draft.device if draft.device.type == "cuda" else copy.device)
     return lambda: timed() / tokens
 
 
@@ -94,8 +87,7 @@ def draft_costs(model: PreTrainedModel, draft: PreTrainedModel, preverifier, max
 
         def measure() -> list[float]:
             step, score = draft_step_timer(draft), preverifier_token_timer(preverifier, draft)
-            step(), score()  # warm-up
-            return [min(step() for _ in range(5)) + min(score() for _ in range(5))]
+            return [fastest(step, 5) + fastest(score, 5)]
 
         (per_token,), draft_wall = cached_probe(draft_key, measure)
         seconds = [verify[k] + k * per_token for k in range(max_tokens + 1)]
@@ -105,21 +97,24 @@ def draft_costs(model: PreTrainedModel, draft: PreTrainedModel, preverifier, max
     return resolve_costs(mode, prior=prior, what="the pre-verifier", probe=probe)
 
 
-def _cropping_timer(step: Callable[[], object], cache, context: int, device: torch.device) -> Callable[[], float]:
-    """Seconds of `step()` (CUDA synchronized around it), with `cache` (if any) cropped back to `context` after each call."""
-    cuda = device.type == "cuda"
+@torch.inference_mode()
+def measure_costs(target: PreTrainedModel, draft: PreTrainedModel | None, preverifier: PacerPreVerifier | None = None,
+                  context: int = 128, max_k: int = 16, repeats: int = 15, progress: bool = True) -> CostModel:
+    """Time one target step, target forwards over k+1 tokens (k = 0..max_k), one draft step on a cached
+    `context`-token prefix and the pre-verifier's work per drafted token; all relative to one target step.
+    Interleaved repeats, medians. The draft step goes through the forward the drafting loop uses (the lean
+    one when the draft qualifies). Without a draft (prompt lookup) the draft cost is 0."""
+    def forward(width: int, keep: int | None):
+        return cached_forward_timer(target, width, context, logits_to_keep=keep)
 
-    @torch.no_grad()
-    def once() -> float:
-        if cuda:
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        step()
-        if cuda:
-            torch.cuda.synchronize(device)
-        elapsed = time.perf_counter() - start
-        if cache is not None:
-            crop_cache(cache, context)
-        return elapsed
-
-    return once
+    runs = {"target": forward(1, 1)}
+    if draft is not None:
+        runs["draft"] = draft_step_timer(draft, context)
+    runs.update({f"verify-{k}": forward(k + 1, None) for k in range(1, max_k + 1)})
+    if preverifier is not None:
+        runs["preverifier"] = preverifier_token_timer(preverifier, draft or target)
+    med = interleaved(runs, repeats, progress=progress)
+    step = med["target"]
+    verify = [1.0] + [med[f"verify-{k}"] / step for k in range(1, max_k + 1)]
+    return CostModel(draft_cost=med.get("draft", 0.0) / step, verify_cost=verify,
+                     preverifier_cost=med.get("preverifier", 0.0) / step, step_seconds=step)

@@ -249,18 +249,12 @@ def median(values):
 
 def step_costs(target, draft, repeats: int = 30, context: int = 128) -> dict:
     """Median ms of a draft step (pacer_hf's drafting forward) and of target forwards of 1 and 4 tokens."""
-    from ..timing import cached_forward_timer, draft_step_timer
+    from ..costs import cached_forward_timer, interleaved
+    from ..loops.probes import draft_step_timer
 
     timers = {"draft_ms": draft_step_timer(draft, context), "target_ms": cached_forward_timer(target, 1, context),
               "verify4_ms": cached_forward_timer(target, 4, context)}
-    times = {k: [] for k in timers}
-    for _ in range(3):
-        for timer in timers.values():
-            timer()
-    for _ in range(repeats):
-        for name, timer in timers.items():
-            times[name].append(1000 * timer())
-    out = {k: round(median(v), 2) for k, v in times.items()}
+    out = {k: round(1000 * v, 2) for k, v in interleaved(timers, repeats, warmup=3, reduce=median).items()}
     out["c"] = round(out["draft_ms"] / out["target_ms"], 3)
     return out
 
@@ -269,7 +263,7 @@ def end_to_end(target, draft, prompts: list[list[int]], max_new_tokens: int = 64
                strategies=("sd-fixed-2", "sd-fixed-3")) -> dict:
     """tokens/s of plain greedy decoding and of each strategy (each prompt once per strategy, interleaved, after
     a warm-up; min_new_tokens = max_new_tokens), every output checked equal to plain greedy decoding."""
-    from .validate import compare_in_generate
+    from ..training.validate import compare_in_generate
 
     rows = compare_in_generate(target, draft, prompts, {s: s for s in strategies}, runs=1,
                                max_new_tokens=max_new_tokens, warmup=True, min_new_tokens=max_new_tokens)
@@ -314,7 +308,7 @@ def stage_ship(target, tokenizer, work: Path, out: Path, *, prompts: list[list[i
     best = work / TRAIN_DIR / BEST
     history = json.loads((work / TRAIN_DIR / "history.json").read_text())
     if prompts is None:
-        from ..bench.chat_prompts import chat_prompts
+        from ..data.chat_prompts import chat_prompts
 
         prompts = [list(chat_prompts(tokenizer, c, split="bench", n=1)[0].ids)
                    for c in ("chat-humaneval", "chat-rewrite", "chat-summarize")]
@@ -378,7 +372,7 @@ def write_card(path: Path, measured: dict) -> None:
         f"0..{len(layers) - 1} and trained, and its final norm (trained): {measured['parameters'] / 1e6:.1f} M "
         f"parameters, {measured['size_mb']} MiB on disk in bfloat16.",
         "- Trained on the target's own greedy answers (on-policy) to TRAIN-split chat prompts of the six "
-        "`pacer_hf.bench.chat_prompts` categories: soft cross-entropy against the target's top-16 "
+        "`pacer_hf.data.chat_prompts` categories: soft cross-entropy against the target's top-16 "
         "log-probabilities plus cross-entropy on its greedy token, teacher-forced, embedding and head frozen.",
         "", "## Greedy agreement on held-out answers", "",
         "Teacher-forced on the target's answers to held-out prompts (never trained on): how often the "
@@ -401,7 +395,7 @@ def write_card(path: Path, measured: dict) -> None:
                          f"{row.get('alpha', '')} |")
         lines.append("")
     lines += ["## Reproduce", "", "```bash",
-              "OMP_NUM_THREADS=1 python -m pacer_hf.training.smollm2_draft --work-dir W --stage all  # resumable",
+              "OMP_NUM_THREADS=1 python -m pacer_hf.recipes.smollm2_draft --work-dir W --stage all  # resumable",
               "```", "", "(or one `--stage` at a time: responses, train, ship). Settings of the invocation that "
               f"shipped it: `{json.dumps(measured.get('command'))}`", ""]
     path.write_text("\n".join(lines))

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from .._hf_compat import eos_ids as _eos_ids
 from ..loops.batch_cache import left_padded
 from .smollm2_draft_train import read_records
 
@@ -51,7 +52,7 @@ def smollm2_prompts(tokenizer, plan: dict[str, int] = CATEGORY_PLAN, max_tokens:
                     seed: int = 0) -> list[tuple[str, str, list[int]]]:
     """(key, category, prompt ids) of TRAIN-split chat prompts, `plan[category]` of each (fewer where a
     split runs out)."""
-    from ..bench.chat_prompts import chat_prompts
+    from ..data.chat_prompts import chat_prompts
 
     out = []
     for category, n in plan.items():
@@ -118,8 +119,7 @@ def stage_responses(target, tokenizer, prompts: list[tuple[str, str, list[int]]]
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
     done = {r["key"] for r in records}
     todo = [b for b in batches([p for p in prompts if p[0] not in done], batch_size)]
-    eos = target.generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+    eos_ids = _eos_ids(target.generation_config.eos_token_id)
     pad_id = getattr(tokenizer, "pad_token_id", None)
     pad_id = pad_id if pad_id is not None else min(eos_ids or {0})
     tokens = sum(len(r["response"]) for r in records)
@@ -200,7 +200,7 @@ def run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m pacer_hf.training.smollm2_draft", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pacer_hf.recipes.smollm2_draft", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -1,0 +1,1 @@
+"""Prompts and corpora read by the benchmark, the recipes and the vLLM benchmark alike (below all three)."""
