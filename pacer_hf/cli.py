@@ -19,6 +19,7 @@ COMMANDS = {
     "demo": "pacer_hf.demo",
     "build-demo-pair": "pacer_hf.recipes.demo_pair",
     "build-draft": "pacer_hf.recipes.smollm2_draft",
+    "build-qwen-coder": "pacer_hf.recipes.qwen_coder",
     "train-lookup-gate": "pacer_hf.recipes.lookup_gate",
     "push": "pacer_hf.hub.push",
     "push-generate": "pacer_hf.hub.push_generate",

