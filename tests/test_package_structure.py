@@ -14,7 +14,7 @@ MAX_LINES = 400
 MAX_FUNCTION_LINES = 80
 # Still over the caps (issue 41's remaining splits): the lists may only shrink, and a listed module or function may
 # not grow. pairs.py is left to the Qwen2.5-Coder pair's split of its GGUF cache.
-LONG_MODULES = {"pacer_hf.pairs": 421, "pacer_hf.recipes.demo_pair": 422, "pacer_hf.recipes.demo_onpolicy": 409}
+LONG_MODULES = {"pacer_hf.pairs": 421}
 LONG_FUNCTIONS: dict[str, int] = {}
 
 
