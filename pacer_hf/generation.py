@@ -61,38 +61,79 @@ _MISSING = object()
 LOOPS = ("lean", "transformers")
 
 
+class EnabledState:
+    """What `enable` keeps on one model instance, set by `enable` (`install`) and cleared by `disable` (`clear`) only.
+
+    A view over the instance's own attributes, under the names pacer_hf has always used (`_pacer_<field>`, read by
+    tests, `pacer_hf.training` and the Hub bundle); `enable` also binds `generate` and `_get_candidate_generator`
+    over transformers' own, on the instance:
+
+    plain_generate      the instance's `generate` before `enable`; set means the model is enabled
+    added_config_entry  `enable` added `pacer` to generation_config (`disable` removes it again while it is None)
+    transformers_call   the StrategyCall of a running pacer_loop="transformers" call; None between calls
+    loaded              pre-verifiers and lookup gates that `pacer=<folder or Hub id>` loaded, by name
+    last_stats          PacerStats of the last call that ran a pacer_hf strategy (`last_stats`; `disable` keeps it)
+    """
+
+    CLEARED = ("plain_generate", "transformers_call", "loaded", "added_config_entry")
+    FIELDS = (*CLEARED, "last_stats")
+    # the instance attributes `disable` removes (the Hub bundle saves and restores these around its call)
+    ATTRIBUTES = ("generate", "_get_candidate_generator", *(f"_pacer_{name}" for name in CLEARED))
+
+    def __init__(self, model: PreTrainedModel):
+        object.__setattr__(self, "_model", model)
+
+    def __getattr__(self, name: str):
+        if name not in EnabledState.FIELDS:
+            raise AttributeError(f"EnabledState has no field {name!r}; fields: {EnabledState.FIELDS}")
+        return getattr(self._model, f"_pacer_{name}", None)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name not in EnabledState.FIELDS:
+            raise AttributeError(f"EnabledState has no field {name!r}; fields: {EnabledState.FIELDS}")
+        setattr(self._model, f"_pacer_{name}", value)
+
+    @classmethod
+    def install(cls, model: PreTrainedModel) -> None:
+        state = cls(model)
+        state.added_config_entry = not hasattr(model.generation_config, "pacer")
+        if state.added_config_entry:
+            model.generation_config.pacer = None  # a config entry makes `pacer` a legal, saveable generate kwarg
+        state.plain_generate = model.generate
+        model.generate = types.MethodType(_generate, model)
+        model._get_candidate_generator = types.MethodType(_get_candidate_generator, model)
+        state.transformers_call = None
+        state.last_stats = None
+        state.loaded = {}
+
+    @classmethod
+    def clear(cls, model: PreTrainedModel) -> None:
+        if cls(model).added_config_entry and getattr(model.generation_config, "pacer", None) is None:
+            del model.generation_config.pacer
+        for name in cls.ATTRIBUTES:
+            model.__dict__.pop(name, None)
+
+
 def enable(model: PreTrainedModel) -> PreTrainedModel:
     """Make `model.generate` accept `pacer=` (on this instance only). Returns the model."""
     check_supported()
-    if getattr(model, "_pacer_plain_generate", None) is not None:
+    if EnabledState(model).plain_generate is not None:
         return model
-    model._pacer_added_config_entry = not hasattr(model.generation_config, "pacer")
-    if model._pacer_added_config_entry:
-        model.generation_config.pacer = None  # a config entry makes `pacer` a legal, saveable generate kwarg
-    model._pacer_plain_generate = model.generate
-    model.generate = types.MethodType(_generate, model)
-    model._get_candidate_generator = types.MethodType(_get_candidate_generator, model)
-    model._pacer_transformers_call = None
-    model._pacer_last_stats = None
-    model._pacer_loaded = {}
+    EnabledState.install(model)
     return model
 
 
 def disable(model: PreTrainedModel) -> PreTrainedModel:
     """Undo `enable`: the instance goes back to plain transformers behaviour."""
-    if getattr(model, "_pacer_plain_generate", None) is None:
+    if EnabledState(model).plain_generate is None:
         return model
-    if model._pacer_added_config_entry and getattr(model.generation_config, "pacer", None) is None:
-        del model.generation_config.pacer
-    for name in ("generate", "_get_candidate_generator", "_pacer_plain_generate", "_pacer_transformers_call", "_pacer_loaded",
-                 "_pacer_added_config_entry"):
-        model.__dict__.pop(name, None)
+    EnabledState.clear(model)
     return model
 
 
 def last_stats(model: PreTrainedModel) -> PacerStats | None:
     """Stats of the last `generate` call on `model` that ran a pacer_hf strategy (None otherwise)."""
-    return getattr(model, "_pacer_last_stats", None)
+    return EnabledState(model).last_stats
 
 
 def _generate(self: PreTrainedModel, *args, **kwargs):
@@ -105,9 +146,10 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     suffix_cache = as_scoped(kwargs.pop("suffix_cache", None), kwargs.pop("suffix_scope", None))
     if pacer is _MISSING:
         pacer = getattr(kwargs.get("generation_config") or self.generation_config, "pacer", None)
+    state = EnabledState(self)
     if pacer is None or pacer is False:
         refuse_cache(suffix_cache, f"pacer={pacer!r}")
-        return self._pacer_plain_generate(*args, **kwargs)
+        return state.plain_generate(*args, **kwargs)
     if kwargs.get("custom_generate") is not None:
         raise ValueError(
             "pacer= runs its own decoding loop and cannot be combined with custom_generate=; pass one of them "
@@ -135,12 +177,12 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
             candidate_generator=call.make,
         )
     else:  # transformers' _assisted_decoding asks the model for its candidate generator
-        self._pacer_transformers_call = call
+        state.transformers_call = call
     start = time.perf_counter()
     try:
-        output = self._pacer_plain_generate(*args, **kwargs)
+        output = state.plain_generate(*args, **kwargs)
     finally:
-        self._pacer_transformers_call = None
+        state.transformers_call = None
         call.close()
     stats = call.stats
     stats.seconds = time.perf_counter() - start
@@ -149,7 +191,7 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
         stats.new_tokens = sequences.shape[1] - _prompt_length(self, args, kwargs)
         if suffix_cache is not None:  # later calls may copy from this prompt and its answer
             suffix_cache.add(sequences[0])
-    self._pacer_last_stats = stats
+    state.last_stats = stats
     return output
 
 
@@ -164,7 +206,7 @@ def _option(kwargs: dict, name: str, choices: tuple[str, ...]) -> str:
 def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
                              assistant_model=None, target_tokenizer=None, assistant_tokenizer=None):
     """transformers' hook, bound on enabled models: this call's generator under pacer_loop="transformers"."""
-    call = self._pacer_transformers_call
+    call = EnabledState(self).transformers_call
     if call is None:
         return default_candidate_generator(
             self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
@@ -261,9 +303,10 @@ def _strategy(model: PreTrainedModel, pacer: PacerArg, draft, lookup: bool) -> t
                 return LookupConfig(use_preverifier=True), None
             return config, None
         name = str(pacer)
-        if name not in model._pacer_loaded:
-            model._pacer_loaded[name] = _load_module(name).to(model.device if draft is None else draft.device)
-        pacer = model._pacer_loaded[name]
+        loaded = EnabledState(model).loaded
+        if name not in loaded:
+            loaded[name] = _load_module(name).to(model.device if draft is None else draft.device)
+        pacer = loaded[name]
     model_type = getattr(getattr(pacer, "config", None), "model_type", None)
     # another copy of a class (AutoModel with trust_remote_code=True) is normalised by from_other_copy
     if isinstance(pacer, PacerPreVerifier) or model_type == "pacer_preverifier":
