@@ -2,10 +2,10 @@
 
 `enable` binds `generate` on the instance only (no global patching). It resolves `pacer=` to a
 registered strategy (`strategies/`), resolves and checks the pre-verifier once, raises every argument
-error before any work, and records stats. The strategy's candidate generator goes to pacer_hf's lean
-verification loop (`lean_loop.py`, passed to transformers' `generate` as `custom_generate`, with the
-generator factory bound in) or, with `pacer_loop="transformers"`, to transformers' own
-`_assisted_decoding` through the `_get_candidate_generator` hook, also bound on the instance.
+error before any work (the checks live in `generate_checks.py`), and records stats. The strategy's
+candidate generator goes to pacer_hf's lean verification loop (`lean_loop.py`, passed to transformers'
+`generate` as `custom_generate`, with the generator factory bound in) or, with `pacer_loop="transformers"`,
+to transformers' own `_assisted_decoding` through the `_get_candidate_generator` hook, also bound on the instance.
 """
 
 from __future__ import annotations
@@ -20,11 +20,22 @@ from pathlib import Path
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
-from ._hf_compat import batch_row_cache, check_cache_support, check_supported, default_candidate_generator
+from ._hf_compat import check_supported, default_candidate_generator
 from .attached import attached_preverifier, default_lookup_gate, require_attached
 from .candidates.suffix import ScopedSuffixCache, as_scoped, refuse_cache
 from .costs import check_cost_mode
-from .loops.batch_cache import check_batch_memory
+from .generate_checks import (
+    _batch_size,
+    _check_batch,
+    _check_inputs,
+    _check_pair,
+    _check_tokenizers,
+    _check_trim,
+    _generation_value,
+    _input_ids,
+    _prompt_length,
+)
+from .generate_checks import check_vocabularies as check_vocabularies  # re-exported: loading, pairs, recipes
 from .loops.batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
 from .loops.draft_forwards import DRAFT_FORWARDS
 from .loops.lean_loop import lean_assisted_decoding
@@ -50,38 +61,79 @@ _MISSING = object()
 LOOPS = ("lean", "transformers")
 
 
+class EnabledState:
+    """What `enable` keeps on one model instance, set by `enable` (`install`) and cleared by `disable` (`clear`) only.
+
+    A view over the instance's own attributes, under the names pacer_hf has always used (`_pacer_<field>`, read by
+    tests, `pacer_hf.training` and the Hub bundle); `enable` also binds `generate` and `_get_candidate_generator`
+    over transformers' own, on the instance:
+
+    plain_generate      the instance's `generate` before `enable`; set means the model is enabled
+    added_config_entry  `enable` added `pacer` to generation_config (`disable` removes it again while it is None)
+    transformers_call   the StrategyCall of a running pacer_loop="transformers" call; None between calls
+    loaded              pre-verifiers and lookup gates that `pacer=<folder or Hub id>` loaded, by name
+    last_stats          PacerStats of the last call that ran a pacer_hf strategy (`last_stats`; `disable` keeps it)
+    """
+
+    CLEARED = ("plain_generate", "transformers_call", "loaded", "added_config_entry")
+    FIELDS = (*CLEARED, "last_stats")
+    # the instance attributes `disable` removes (the Hub bundle saves and restores these around its call)
+    ATTRIBUTES = ("generate", "_get_candidate_generator", *(f"_pacer_{name}" for name in CLEARED))
+
+    def __init__(self, model: PreTrainedModel):
+        object.__setattr__(self, "_model", model)
+
+    def __getattr__(self, name: str):
+        if name not in EnabledState.FIELDS:
+            raise AttributeError(f"EnabledState has no field {name!r}; fields: {EnabledState.FIELDS}")
+        return getattr(self._model, f"_pacer_{name}", None)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name not in EnabledState.FIELDS:
+            raise AttributeError(f"EnabledState has no field {name!r}; fields: {EnabledState.FIELDS}")
+        setattr(self._model, f"_pacer_{name}", value)
+
+    @classmethod
+    def install(cls, model: PreTrainedModel) -> None:
+        state = cls(model)
+        state.added_config_entry = not hasattr(model.generation_config, "pacer")
+        if state.added_config_entry:
+            model.generation_config.pacer = None  # a config entry makes `pacer` a legal, saveable generate kwarg
+        state.plain_generate = model.generate
+        model.generate = types.MethodType(_generate, model)
+        model._get_candidate_generator = types.MethodType(_get_candidate_generator, model)
+        state.transformers_call = None
+        state.last_stats = None
+        state.loaded = {}
+
+    @classmethod
+    def clear(cls, model: PreTrainedModel) -> None:
+        if cls(model).added_config_entry and getattr(model.generation_config, "pacer", None) is None:
+            del model.generation_config.pacer
+        for name in cls.ATTRIBUTES:
+            model.__dict__.pop(name, None)
+
+
 def enable(model: PreTrainedModel) -> PreTrainedModel:
     """Make `model.generate` accept `pacer=` (on this instance only). Returns the model."""
     check_supported()
-    if getattr(model, "_pacer_plain_generate", None) is not None:
+    if EnabledState(model).plain_generate is not None:
         return model
-    model._pacer_added_config_entry = not hasattr(model.generation_config, "pacer")
-    if model._pacer_added_config_entry:
-        model.generation_config.pacer = None  # a config entry makes `pacer` a legal, saveable generate kwarg
-    model._pacer_plain_generate = model.generate
-    model.generate = types.MethodType(_generate, model)
-    model._get_candidate_generator = types.MethodType(_get_candidate_generator, model)
-    model._pacer_transformers_call = None
-    model._pacer_last_stats = None
-    model._pacer_loaded = {}
+    EnabledState.install(model)
     return model
 
 
 def disable(model: PreTrainedModel) -> PreTrainedModel:
     """Undo `enable`: the instance goes back to plain transformers behaviour."""
-    if getattr(model, "_pacer_plain_generate", None) is None:
+    if EnabledState(model).plain_generate is None:
         return model
-    if model._pacer_added_config_entry and getattr(model.generation_config, "pacer", None) is None:
-        del model.generation_config.pacer
-    for name in ("generate", "_get_candidate_generator", "_pacer_plain_generate", "_pacer_transformers_call", "_pacer_loaded",
-                 "_pacer_added_config_entry"):
-        model.__dict__.pop(name, None)
+    EnabledState.clear(model)
     return model
 
 
 def last_stats(model: PreTrainedModel) -> PacerStats | None:
     """Stats of the last `generate` call on `model` that ran a pacer_hf strategy (None otherwise)."""
-    return getattr(model, "_pacer_last_stats", None)
+    return EnabledState(model).last_stats
 
 
 def _generate(self: PreTrainedModel, *args, **kwargs):
@@ -94,9 +146,10 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
     suffix_cache = as_scoped(kwargs.pop("suffix_cache", None), kwargs.pop("suffix_scope", None))
     if pacer is _MISSING:
         pacer = getattr(kwargs.get("generation_config") or self.generation_config, "pacer", None)
+    state = EnabledState(self)
     if pacer is None or pacer is False:
         refuse_cache(suffix_cache, f"pacer={pacer!r}")
-        return self._pacer_plain_generate(*args, **kwargs)
+        return state.plain_generate(*args, **kwargs)
     if kwargs.get("custom_generate") is not None:
         raise ValueError(
             "pacer= runs its own decoding loop and cannot be combined with custom_generate=; pass one of them "
@@ -124,12 +177,12 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
             candidate_generator=call.make,
         )
     else:  # transformers' _assisted_decoding asks the model for its candidate generator
-        self._pacer_transformers_call = call
+        state.transformers_call = call
     start = time.perf_counter()
     try:
-        output = self._pacer_plain_generate(*args, **kwargs)
+        output = state.plain_generate(*args, **kwargs)
     finally:
-        self._pacer_transformers_call = None
+        state.transformers_call = None
         call.close()
     stats = call.stats
     stats.seconds = time.perf_counter() - start
@@ -138,7 +191,7 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
         stats.new_tokens = sequences.shape[1] - _prompt_length(self, args, kwargs)
         if suffix_cache is not None:  # later calls may copy from this prompt and its answer
             suffix_cache.add(sequences[0])
-    self._pacer_last_stats = stats
+    state.last_stats = stats
     return output
 
 
@@ -153,7 +206,7 @@ def _option(kwargs: dict, name: str, choices: tuple[str, ...]) -> str:
 def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
                              assistant_model=None, target_tokenizer=None, assistant_tokenizer=None):
     """transformers' hook, bound on enabled models: this call's generator under pacer_loop="transformers"."""
-    call = self._pacer_transformers_call
+    call = EnabledState(self).transformers_call
     if call is None:
         return default_candidate_generator(
             self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
@@ -250,9 +303,10 @@ def _strategy(model: PreTrainedModel, pacer: PacerArg, draft, lookup: bool) -> t
                 return LookupConfig(use_preverifier=True), None
             return config, None
         name = str(pacer)
-        if name not in model._pacer_loaded:
-            model._pacer_loaded[name] = _load_module(name).to(model.device if draft is None else draft.device)
-        pacer = model._pacer_loaded[name]
+        loaded = EnabledState(model).loaded
+        if name not in loaded:
+            loaded[name] = _load_module(name).to(model.device if draft is None else draft.device)
+        pacer = loaded[name]
     model_type = getattr(getattr(pacer, "config", None), "model_type", None)
     # another copy of a class (AutoModel with trust_remote_code=True) is normalised by from_other_copy
     if isinstance(pacer, PacerPreVerifier) or model_type == "pacer_preverifier":
@@ -299,119 +353,3 @@ def _load_module(name_or_path: str | Path, expected: type | None = None, **kwarg
             "point pacer= at a folder written by PacerPreVerifier.save_pretrained or PacerLookupGate.save_pretrained."
         )
     return wanted[model_type].from_pretrained(name, **kwargs)
-
-
-def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, fix: str) -> None:
-    """Refuse a draft whose output rows differ from the target's: token ids must mean the same thing."""
-    target_rows = target.get_output_embeddings().out_features
-    draft_head = draft.get_output_embeddings()
-    draft_rows = None if draft_head is None else draft_head.out_features
-    if draft_rows != target_rows:
-        raise ValueError(
-            f"Draft and target vocabularies differ (draft lm_head has {draft_rows} rows, target {target_rows}): {fix}"
-        )
-
-
-def _check_trim(preverifier: PacerPreVerifier, do_sample: bool) -> None:
-    if preverifier.config.trim_failed_block and do_sample:
-        raise ValueError(
-            "The pre-verifier has trim_failed_block=True, which is exact only for greedy decoding; "
-            "set do_sample=False or use a pre-verifier config with trim_failed_block=False."
-        )
-
-
-def _check_tokenizers(kwargs: dict) -> None:
-    if kwargs.get("tokenizer") is not None or kwargs.get("assistant_tokenizer") is not None:
-        raise ValueError(
-            "pacer= does not support drafts with a different tokenizer (tokenizer=/assistant_tokenizer=); "
-            "use a draft that shares the target's vocabulary."
-        )
-
-
-def _check_pair(model: PreTrainedModel, draft: PreTrainedModel) -> None:
-    check_vocabularies(model, draft, "assistant_model must share the target's tokenizer and vocabulary for pacer=.")
-    if model.config.is_encoder_decoder or draft.config.is_encoder_decoder:
-        raise ValueError("pacer= supports decoder-only models; use plain assisted generation for encoder-decoders.")
-    check_cache_support(draft, "draft (assistant_model)")
-
-
-def _check_inputs(model: PreTrainedModel, args: tuple, kwargs: dict) -> None:
-    if _generation_value(model, kwargs, "use_cache") is False:
-        raise ValueError("pacer= verifies drafts against the target's cache: pass use_cache=True (this call or the "
-                         "model's generation_config has use_cache=False).")
-    check_cache_support(model, "target")
-    input_ids = _input_ids(args, kwargs)
-    beams = _generation_value(model, kwargs, "num_beams") or 1
-    if beams > 1:
-        raise ValueError(f"pacer= supports greedy decoding and sampling, not beam search (num_beams={beams}); "
-                         "pass num_beams=1, or pacer=None for beam search.")
-    if input_ids is not None and input_ids.shape[-1] == 0:
-        raise ValueError("pacer= needs a prompt of at least one token (input_ids is empty); start it with the "
-                         "tokenizer's BOS token or any text.")
-    mask = kwargs.get("attention_mask")
-    if input_ids is not None and input_ids.shape[0] > 1:
-        _check_padding(input_ids, mask)
-    elif mask is not None and not bool(mask.all()):
-        raise ValueError("pacer= with one prompt takes it unpadded (attention_mask has zeros); pass the prompt "
-                         "without padding.")
-
-
-def _check_padding(input_ids: torch.Tensor, mask: torch.Tensor | None) -> None:
-    """A batch must come left-padded with its attention mask, as a tokenizer with padding_side='left' gives it."""
-    if mask is None:
-        raise ValueError(
-            f"pacer= with a batch of {input_ids.shape[0]} prompts needs their attention_mask: pass the tokenizer's "
-            "output whole (tokenizer(prompts, padding=True, return_tensors='pt') with padding_side='left')."
-        )
-    if mask.shape != input_ids.shape:
-        raise ValueError(f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(input_ids.shape)}: "
-                         "pass the mask the tokenizer returned with these ids.")
-    if not bool(((mask == 0) | (mask == 1)).all()) or bool((mask[:, 1:] < mask[:, :-1]).any()):
-        raise ValueError(
-            "pacer= takes left-padded batches (each attention_mask row zeros, then ones); this mask has padding on "
-            "the right or in the middle. Set tokenizer.padding_side = 'left' and tokenize again."
-        )
-    if not bool(mask[:, -1].all()):
-        raise ValueError("A row of the batch is all padding (its attention_mask has no ones); drop that prompt.")
-
-
-def _check_batch(model: PreTrainedModel, call: StrategyCall, loop: str, kwargs: dict, input_ids: torch.Tensor) -> None:
-    """What batch > 1 refuses, before any work: strategies and settings the batched loop does not run."""
-    size = input_ids.shape[0]
-    if call.batch is None:
-        raise TypeError(f"{call.name}: its config says supports_batch, but its builder gave no StrategyCall.batch.")
-    if loop != "lean":
-        raise ValueError(f"pacer_loop={loop!r} (transformers' assisted generation) supports batch size 1; got {size} "
-                         "prompts. Leave pacer_loop at 'lean' for batches.")
-    for member in (model, kwargs.get("assistant_model")):  # layers that cannot mask per-row slots
-        if member is not None:
-            batch_row_cache(member, None)
-    for name in ("streamer", "synced_gpus", "output_attentions", "output_hidden_states"):
-        if _generation_value(model, kwargs, name):
-            raise ValueError(f"pacer_hf's batched loop does not support {name}; call generate once per prompt "
-                             "for it.")
-    config = kwargs.get("generation_config") or model.generation_config
-    max_new = kwargs.get("max_new_tokens", config.max_new_tokens)
-    max_length = input_ids.shape[1] + max_new if max_new is not None else kwargs.get("max_length", config.max_length)
-    check_batch_memory(model, kwargs.get("assistant_model"), size, max_length)
-
-
-def _input_ids(args: tuple, kwargs: dict) -> torch.Tensor | None:
-    """The prompt ids of a `generate` call, however they were passed."""
-    return args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
-
-
-def _batch_size(args: tuple, kwargs: dict) -> int:
-    inputs = _input_ids(args, kwargs)
-    return 1 if inputs is None else inputs.shape[0]
-
-
-def _generation_value(model: PreTrainedModel, kwargs: dict, name: str):
-    if name in kwargs:
-        return kwargs[name]
-    return getattr(kwargs.get("generation_config") or model.generation_config, name, None)
-
-
-def _prompt_length(model: PreTrainedModel, args: tuple, kwargs: dict) -> int:
-    inputs = _input_ids(args, kwargs)
-    return 0 if inputs is None else inputs.shape[1]

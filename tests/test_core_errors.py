@@ -143,6 +143,22 @@ def test_no_hook_or_state_left_after_an_error(pair):
     assert not draft.get_output_embeddings()._forward_pre_hooks
 
 
+def test_enabled_state_survives_a_hub_bundle_call(pair):
+    """The Hub entry point saves and restores every attribute `enable` sets (EnabledState.ATTRIBUTES), so an
+    enabled model stays enabled after it, and `disable` still undoes `enable`."""
+    from pacer_hf.generation import EnabledState
+    from pacer_hf.hub.hub_generate import generate
+
+    target, draft = pair()
+    pacer_hf.enable(target)
+    before = {name: target.__dict__[name] for name in EnabledState.ATTRIBUTES}
+    generate(target, IDS, max_new_tokens=4, do_sample=False, assistant_model=draft, pacer="sd-fixed-2")
+    assert {name: target.__dict__[name] for name in EnabledState.ATTRIBUTES} == before
+    assert pacer_hf.last_stats(target).draft_lengths
+    pacer_hf.disable(target)
+    assert not set(EnabledState.ATTRIBUTES) & set(target.__dict__) and "pacer" not in target.generation_config.__dict__
+
+
 def test_pacer_off_is_plain_transformers(pair, monkeypatch):
     """pacer=None/False: transformers' own candidate generator, same output as a never-enabled model."""
     target, draft = pair("llama", "noisy")

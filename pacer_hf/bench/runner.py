@@ -1,20 +1,15 @@
 """The benchmark loop: strategies interleaved per prompt in one process, warm-up excluded, runs repeated.
 
-Counting is done by the harness itself, the same way for every strategy: a forward pre-hook on the
-target records each forward's input width and cache length (so the drafted and accepted tokens of
-every round are known, also for transformers' own candidate generators), and a pre-hook on the
-draft's `lm_head` counts draft forwards. pacer_hf strategies also report `PacerStats`, whose per-round
-record is used for them (and their pre-verifier time), and whose draft-forward count is used when they ran
-the lean draft forward, which bypasses the draft's modules.
+Counting is done by the harness itself, the same way for every strategy (measure.py: one timed call, its target
+and draft forwards counted by hooks, pacer_hf strategies' own `PacerStats` used where they report rounds); this
+module runs the calls, checks greedy outputs against `ar`, and aggregates. Its former names (`run_call`,
+`CallResult`, `ForwardCounter`, `physical_cores`, `machine_info`) are still importable from here.
 """
 
 from __future__ import annotations
 
 import copy
-import os
-import platform
 import statistics
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,27 +17,30 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-import transformers
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 import pacer_hf
 
-from .._hf_compat import CACHE_KWARG
 from ..attached import ATTACHED_SLOTS
-from ..costs import CostModel, synchronize
+from ..costs import CostModel
 from ..data.prompts import CATEGORIES, Prompt
 from ..modeling_pacer import PacerPreVerifier
 from ..strategies import OuroborosConfig, strategy_config
 from ..strategies.ouroboros.pool import POOLS_ATTRIBUTE
+from .machine import machine_info, physical_cores
+from .measure import CallResult, ForwardCounter, run_call
 from .strategies import (
     BenchSuffixCaches,
     Strategy,
-    call_context,
     default_strategy_names,
     resolve_strategies,
     sklearn_retuning,
 )
+
+__all__ = ["SCHEMA", "BenchConfig", "BenchResult", "BenchmarkMismatch", "CallResult", "ForwardCounter",
+           "PoolIsolation", "histogram", "machine_info", "median_spread", "physical_cores", "preverifier_variants",
+           "run_benchmark", "run_call"]
 
 SCHEMA = 1  # bump when results.json records change meaning
 
@@ -70,110 +68,10 @@ class BenchConfig:
 
 
 @dataclass
-class CallResult:
-    """One `generate` call, as measured by the harness."""
-
-    seconds: float
-    new_tokens: int
-    output: list[int]
-    target_forwards: int
-    draft_forwards: int
-    draft_lengths: list[int]
-    accepted: list[int]
-    preverifier_seconds: float = 0.0
-    costs: dict | None = None  # which round costs decided an expected-gain rule (`PacerStats.costs`)
-
-
-@dataclass
 class BenchResult:
     records: list[dict]
     meta: dict
     calls: list[dict]  # per (strategy, category, temperature, run, prompt) call, without outputs
-
-
-def physical_cores() -> int:
-    """Physical cores from /proc/cpuinfo ((physical id, core id) pairs); os.cpu_count() elsewhere."""
-    try:
-        pairs, current = set(), {}
-        for line in open("/proc/cpuinfo"):
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key in ("physical id", "core id"):
-                current[key] = value.strip()
-            elif not line.strip() and current:
-                pairs.add((current.get("physical id"), current.get("core id")))
-                current = {}
-        if current:
-            pairs.add((current.get("physical id"), current.get("core id")))
-        if pairs and (None, None) not in pairs:
-            return len(pairs)
-    except OSError:
-        pass
-    return os.cpu_count() or 1
-
-
-def machine_info(threads: int) -> dict:
-    """CPU model, cores and library versions: stated next to every published number."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    from transformers.utils import is_sklearn_available
-
-    return {"cpu": model, "physical_cores": physical_cores(), "logical_cpus": os.cpu_count(),
-            "torch_threads": threads, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "platform": platform.platform(),
-            "scikit_learn": is_sklearn_available(), "pacer_hf": pacer_hf.__version__,
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-
-
-class ForwardCounter:
-    """Hooks that count target forwards (with their widths) and draft forwards, for one call at a time."""
-
-    def __init__(self, target: PreTrainedModel, draft: PreTrainedModel | None):
-        self.target_calls: list[tuple[int, int]] = []  # (cache length before, input width)
-        self.draft_forwards = 0
-        self.handles = [target.register_forward_pre_hook(self._target, with_kwargs=True)]
-        head = draft.get_output_embeddings() if draft is not None else None
-        if head is not None:
-            self.handles.append(head.register_forward_pre_hook(self._draft))
-
-    def reset(self) -> None:
-        self.target_calls = []
-        self.draft_forwards = 0
-
-    def _target(self, module, args, kwargs) -> None:
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        cache = kwargs.get(CACHE_KWARG)
-        cached = int(cache.get_seq_length()) if cache is not None else 0
-        self.target_calls.append((cached, int(ids.shape[1]) if ids is not None else 0))
-
-    def _draft(self, module, args) -> None:
-        self.draft_forwards += 1
-
-    def rounds(self, prompt_len: int, final_len: int) -> tuple[list[int], list[int]]:
-        """(drafted, accepted) per verification round, reconstructed from the target forwards.
-
-        Round r starts with S_r accepted tokens (the prompt for r = 1, else cache length + 1) and feeds the
-        target 1 + L_r tokens (prompt + L_1 for r = 1); it ends with S_{r+1} = S_r + accepted_r + 1.
-        """
-        starts, drafted = [], []
-        for i, (cached, width) in enumerate(self.target_calls):
-            start = prompt_len if i == 0 else cached + 1
-            starts.append(start)
-            drafted.append(width - prompt_len if i == 0 else width - 1)
-        ends = starts[1:] + [final_len]
-        accepted = [max(0, min(d, end - start - 1)) for start, end, d in zip(starts, ends, drafted)]
-        return drafted, accepted
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-        self.handles.clear()
 
 
 class PoolIsolation:
@@ -212,67 +110,6 @@ class PoolIsolation:
                 self.saved[strategy.name] = pools.pop(self.draft)
 
 
-def _pacer_argument(strategy: Strategy, preverifiers: dict[str, PacerPreVerifier], sampling: bool):
-    if strategy.family == "sd-fixed":
-        return strategy.name
-    if strategy.family == "pacer":
-        return preverifiers[strategy.name + ("@sampling" if sampling else "")]
-    if strategy.family == "registered":
-        return strategy.name
-    if strategy.family == "default-gate":
-        return pacer_hf.default_lookup_gate()
-    if strategy.family == "suffix":
-        return True
-    return None
-
-
-def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel | None, prompt: Prompt,
-             temperature: float, max_new_tokens: int, preverifiers: dict[str, PacerPreVerifier],
-             counter: ForwardCounter, seed: int, suffix_cache=None) -> CallResult:
-    """One timed `generate` call of `strategy` on `prompt` (batch 1); `suffix_cache` for family "suffix"."""
-    ids = torch.tensor([prompt.ids], dtype=torch.long, device=target.device)
-    kwargs: dict[str, Any] = {"attention_mask": torch.ones_like(ids), "max_new_tokens": max_new_tokens,
-                              "do_sample": temperature > 0}
-    if temperature > 0:
-        kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
-    if strategy.uses_draft:
-        kwargs["assistant_model"] = draft
-    if strategy.lookup_tokens is not None:
-        kwargs["prompt_lookup_num_tokens"] = strategy.lookup_tokens
-    kwargs["pacer"] = _pacer_argument(strategy, preverifiers, temperature > 0)
-    if suffix_cache is not None:
-        kwargs["suffix_cache"] = suffix_cache
-    if strategy.needs_preverifier and strategy.family == "registered":  # e.g. pacer+ouroboros: the attached one
-        for slot in ATTACHED_SLOTS:
-            draft.__dict__.pop(slot, None)
-        pacer_hf.attach(draft, preverifiers["pacer@sampling" if temperature > 0 else "pacer"])
-    counter.reset()
-    if temperature > 0:
-        torch.manual_seed(seed)
-    with call_context(strategy, target, draft):  # no inference_mode: PEARL drafts in a thread (mode is per-thread)
-        synchronize(target.device)
-        start = time.perf_counter()
-        out = target.generate(ids, **kwargs)
-        synchronize(target.device)
-        seconds = time.perf_counter() - start
-    output = out[0].tolist()
-    new_tokens = len(output) - ids.shape[1]
-    stats = pacer_hf.last_stats(target) if kwargs["pacer"] is not None else None
-    if stats is not None and stats.draft_lengths:
-        lengths, accepted = list(stats.draft_lengths), list(stats.accepted)
-    elif strategy.family != "ar":  # transformers' own loops: rounds from the target's forwards
-        lengths, accepted = counter.rounds(ids.shape[1], len(output))
-    else:
-        lengths, accepted = [], []
-    # the lean draft forward (lean_draft.py) never calls the draft's lm_head: the drafting loop counts it
-    draft_forwards = stats.draft_forwards if stats is not None and stats.draft_forward == "lean" else counter.draft_forwards
-    return CallResult(seconds=seconds, new_tokens=new_tokens, output=output,
-                      target_forwards=len(counter.target_calls), draft_forwards=draft_forwards,
-                      draft_lengths=lengths, accepted=accepted[: len(lengths)],
-                      preverifier_seconds=stats.preverifier_seconds if stats is not None else 0.0,
-                      costs=stats.costs if stats is not None else None)
-
-
 def _first_difference(a: list[int], b: list[int]) -> int:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -306,6 +143,23 @@ def preverifier_variants(preverifier: PacerPreVerifier | None,
     for name, module in named(sampling if sampling is not None else preverifier).items():
         variants[f"{name}@sampling"] = _with_config(module, trim_failed_block=False)
     return variants
+
+
+@dataclass
+class _Harness:
+    """What every timed call of one benchmark shares: the pair, the pre-verifier variants, the hooks, the pools."""
+
+    target: PreTrainedModel
+    draft: PreTrainedModel | None
+    preverifiers: dict[str, PacerPreVerifier]
+    counter: ForwardCounter
+    pools: PoolIsolation
+
+    def call(self, strategy: Strategy, prompt: Prompt, temperature: float, max_new_tokens: int,
+             seed: int) -> CallResult:
+        with self.pools.around(strategy):
+            return run_call(strategy, self.target, self.draft, prompt, temperature, max_new_tokens,
+                            self.preverifiers, self.counter, seed, self.pools.caches.get(strategy, temperature))
 
 
 def run_benchmark(
@@ -351,61 +205,69 @@ def run_benchmark(
         costs = measure_costs(target, draft, context=min(128, config.prompt_tokens), max_k=max_gamma,
                               repeats=config.cost_repeats, progress=progress)
     attached = {slot: draft.__dict__.get(slot) for slot in ATTACHED_SLOTS} if draft is not None else {}
-    counter = ForwardCounter(target, draft)
-    pools = PoolIsolation(target, draft)
-    calls: list[dict] = []
+    harness = _Harness(target, draft, preverifiers, ForwardCounter(target, draft), PoolIsolation(target, draft))
     try:
         if config.warmup:
             first = next(iter(p for ps in prompts.values() for p in ps))
             for temperature in config.temperatures:
                 for strategy in running:
-                    with pools.around(strategy):
-                        run_call(strategy, target, draft, first, temperature, min(16, config.max_new_tokens),
-                                 preverifiers, counter, config.seed, pools.caches.get(strategy, temperature))
-        total = config.runs * sum(len(p) for p in prompts.values()) * len(config.temperatures) * len(running)
-        bar = tqdm(total=total, desc="bench", disable=not progress, unit="call")
-        for run in range(config.runs):
-            pools.new_run()
-            for category, category_prompts in prompts.items():
-                for index, prompt in enumerate(category_prompts):
-                    for temperature in config.temperatures:
-                        seed = config.seed * 1_000_003 + run * 1009 + index
-                        shift = (run + index) % len(running)  # rotate so no strategy always runs first
-                        outputs: dict[str, list[int]] = {}
-                        unit: list[dict] = []
-                        for strategy in running[shift:] + running[:shift]:
-                            with pools.around(strategy):
-                                result = run_call(strategy, target, draft, prompt, temperature,
-                                                  config.max_new_tokens, preverifiers, counter, seed, pools.caches.get(strategy, temperature))
-                            if call_hook is not None:
-                                call_hook(strategy, result)
-                            outputs[strategy.name] = result.output
-                            unit.append({"strategy": strategy.name, "category": category,
-                                         "temperature": temperature, "run": run, "prompt": prompt.id,
-                                         **{k: v for k, v in asdict(result).items() if k != "output"}})
-                            bar.update()
-                        if temperature == 0:
-                            _check_identical(outputs, category, prompt, run, len(prompt.ids))
-                        for call in unit:
-                            call["identical"] = True if temperature == 0 else None
-                        calls += unit
-        bar.close()
+                    harness.call(strategy, first, temperature, min(16, config.max_new_tokens), config.seed)
+        calls = _timed_calls(harness, prompts, config, running, call_hook, progress)
     finally:
-        counter.close()
+        harness.counter.close()
         if draft is not None:  # the draft leaves with the pre-verifiers it came with, if any
             for slot, module in attached.items():
                 draft.__dict__.pop(slot, None)
                 if module is not None:
                     draft.__dict__[slot] = module
     records = aggregate(calls, strategies, costs, config)
-    meta = {"bench_schema": SCHEMA, "machine": machine_info(threads), "config": asdict(config),
+    return BenchResult(records=records, meta=_meta(config, threads, strategies, preverifier, costs, prompts),
+                       calls=calls)
+
+
+def _timed_calls(harness: _Harness, prompts: dict[str, list[Prompt]], config: BenchConfig, running: list[Strategy],
+                 call_hook: Callable[[Strategy, CallResult], None] | None, progress: bool) -> list[dict]:
+    """The timed calls, `config.runs` times over every prompt and temperature, strategies rotated per prompt."""
+    calls: list[dict] = []
+    total = config.runs * sum(len(p) for p in prompts.values()) * len(config.temperatures) * len(running)
+    bar = tqdm(total=total, desc="bench", disable=not progress, unit="call")
+    for run in range(config.runs):
+        harness.pools.new_run()
+        for category, category_prompts in prompts.items():
+            for index, prompt in enumerate(category_prompts):
+                for temperature in config.temperatures:
+                    seed = config.seed * 1_000_003 + run * 1009 + index
+                    shift = (run + index) % len(running)  # rotate so no strategy always runs first
+                    outputs: dict[str, list[int]] = {}
+                    unit: list[dict] = []
+                    for strategy in running[shift:] + running[:shift]:
+                        result = harness.call(strategy, prompt, temperature, config.max_new_tokens, seed)
+                        if call_hook is not None:
+                            call_hook(strategy, result)
+                        outputs[strategy.name] = result.output
+                        unit.append({"strategy": strategy.name, "category": category,
+                                     "temperature": temperature, "run": run, "prompt": prompt.id,
+                                     **{k: v for k, v in asdict(result).items() if k != "output"}})
+                        bar.update()
+                    if temperature == 0:
+                        _check_identical(outputs, category, prompt, run, len(prompt.ids))
+                    for call in unit:
+                        call["identical"] = True if temperature == 0 else None
+                    calls += unit
+    bar.close()
+    return calls
+
+
+def _meta(config: BenchConfig, threads: int, strategies: list[Strategy], preverifier: PacerPreVerifier | None,
+          costs: CostModel, prompts: dict[str, list[Prompt]]) -> dict:
+    """results.json's `meta`: the machine, the configuration, the strategies, the costs and the prompts."""
+    return {"bench_schema": SCHEMA, "machine": machine_info(threads), "config": asdict(config),
             "strategies": [s.name for s in strategies],
             "sklearn_retuning": {s.name: sklearn_retuning(s) for s in strategies if s.family == "hf"},
             "trim_failed_block": bool(preverifier is not None and preverifier.config.trim_failed_block),
             "ouroboros_pools": "one per strategy, emptied at the start of every run",
             "costs": asdict(costs), "prompts": {c: [p.id for p in ps] for c, ps in prompts.items()},
             "prompt_lengths": {c: [len(p.ids) for p in ps] for c, ps in prompts.items()}}
-    return BenchResult(records=records, meta=meta, calls=calls)
 
 
 def _check_identical(outputs: dict[str, list[int]], category: str, prompt: Prompt, run: int, prompt_len: int) -> None:

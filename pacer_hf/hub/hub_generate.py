@@ -16,10 +16,7 @@ from transformers import PreTrainedModel
 # the files it finds that way (it does not see `from .. import x`), so this list keeps the repo complete.
 from .._hf_compat import check_supported
 from ..configuration_pacer import PacerConfig  # noqa: F401  (fetched for modeling_pacer)
-from ..generation import disable, enable  # imports the strategy registry, which registers every strategy
-
-_ENABLE_STATE = ("generate", "_get_candidate_generator", "_pacer_plain_generate", "_pacer_transformers_call",
-                 "_pacer_loaded")
+from ..generation import EnabledState, disable, enable  # imports the strategy registry, which registers all
 
 
 def generate(model: PreTrainedModel, *args, **kwargs):
@@ -31,14 +28,14 @@ def generate(model: PreTrainedModel, *args, **kwargs):
     Stats of the call are on `model._pacer_last_stats` (`pacer_hf.last_stats(model)` if installed).
     """
     check_supported()
-    saved = {name: model.__dict__.pop(name) for name in _ENABLE_STATE if name in model.__dict__}
+    saved = {name: model.__dict__.pop(name) for name in EnabledState.ATTRIBUTES if name in model.__dict__}
     had_pacer_entry = "pacer" in model.generation_config.__dict__
     enable(model)
-    model._pacer_loaded = model.__dict__.get("_pacer_hub_loaded", {})  # pre-verifiers loaded by id, kept across calls
+    EnabledState(model).loaded = model.__dict__.get("_pacer_hub_loaded", {})  # loaded by id, kept across calls
     try:
         return model.generate(*args, **kwargs)
     finally:
-        model._pacer_hub_loaded = model._pacer_loaded
+        model._pacer_hub_loaded = EnabledState(model).loaded
         disable(model)
         model.__dict__.update(saved)
         if not had_pacer_entry:

@@ -255,6 +255,7 @@ def batched_assisted_decoding(
     processors = _row_processors(logits_processor, len(rows))
     # after every refusal above: choosing the lean draft forward runs the draft once to check it
     draft_cache = draft_row_cache(plan.draft, plan.draft_forward, stats, len(pads), config.max_length)
+    settle = _Settle(plan, config, stats, max_new, eos_set, stopping_criteria, keep_scores, keep_logits)
     active = list(rows)
     while active:
         budgets = [min(plan.max_draft_tokens, max_new - row.generated - 1) for row in active]
@@ -274,8 +275,7 @@ def batched_assisted_decoding(
         stats.target_forwards += 1
         finished = [b for b, row in enumerate(active)
                     if _settle(row, drafted[b], from_draft[b], qs[b], logits[b, width - len(drafted[b]) - 1:],
-                               processors[row.index], plan, config, stats, max_new, eos_set, stopping_criteria,
-                               keep_scores, keep_logits)]
+                               processors[row.index], settle)]
         kept = [b for b in range(len(active)) if b not in finished]
         active = [active[b] for b in kept]
         for cache in (target_cache, draft_cache) if active else ():
@@ -286,36 +286,50 @@ def batched_assisted_decoding(
     return _output(rows, config, pad_id, stats, keep_scores, keep_logits, device, target_cache.cache)
 
 
+@dataclass(frozen=True)
+class _Settle:
+    """What settling a row's round reads that is the same for every row and round of one `generate` call."""
+
+    plan: BatchPlan
+    config: GenerationConfig
+    stats: PacerStats  # the call's stats (each row also keeps its own)
+    max_new: int
+    eos_ids: set[int]
+    stopping_criteria: StoppingCriteriaList
+    keep_scores: bool  # return_dict_in_generate with output_scores
+    keep_logits: bool  # return_dict_in_generate with output_logits
+
+
 def _settle(row: _Row, drafted: list[int], from_draft: int, qs: list | None, logits: torch.Tensor,
-            processors: LogitsProcessorList, plan: BatchPlan, config: GenerationConfig, stats: PacerStats,
-            max_new: int, eos_ids: set[int], stopping_criteria: StoppingCriteriaList, keep_scores: bool,
-            keep_logits: bool) -> bool:
+            processors: LogitsProcessorList, call: _Settle) -> bool:
     """Verify one row's block against its target logits (`logits`: the last k + 1 positions), append what it
     accepts, record the round; True when the row has ended (EOS, max_new_tokens, a stopping criterion)."""
     k = len(drafted)
     new_logits = logits.clone()
-    raw = new_logits.clone() if keep_logits else None
+    raw = new_logits.clone() if call.keep_logits else None
     device = new_logits.device
     ids = torch.tensor([row.ids + drafted], device=device)
     process_positions(processors, ids, new_logits)
     q = torch.cat([q.to(device) for q in qs])[None] if qs else None  # None: greedy, or target-only acceptance
-    valid = accept_step(config, ids[:, len(row.ids):], q, new_logits[None], max_new - row.generated, eos_ids)
+    valid = accept_step(call.config, ids[:, len(row.ids):], q, new_logits[None], call.max_new - row.generated,
+                        call.eos_ids)
     n = len(valid) - 1
     row.ids += valid
     row.generated += len(valid)
-    for record in (row.stats, stats):
+    for record in (row.stats, call.stats):
         record.draft_lengths.append(k)
         record.accepted.append(n)
+    plan = call.plan
     if plan.preverifier is not None and getattr(plan.preverifier.config, "loop_features", False):
         row.loop = next_round_loop(plan.preverifier, n, k, new_logits[n])
     if plan.phrases is not None:
         plan.phrases.commit(row.index, row.ids[row.pad:], from_draft, k - from_draft, n, row.stats)
-    if keep_scores:
+    if call.keep_scores:
         row.scores += [new_logits[i] for i in range(n + 1)]
-    if keep_logits:
+    if call.keep_logits:
         row.raw += [raw[i] for i in range(n + 1)]
     ids = torch.tensor([row.ids], device=device)
-    return valid[-1] in eos_ids or row.generated >= max_new or bool(stopping_criteria(ids, None).any())
+    return valid[-1] in call.eos_ids or row.generated >= call.max_new or bool(call.stopping_criteria(ids, None).any())
 
 
 def _extend(phrases, rows: list[_Row], drafted: list[list[int]], qs: list, max_new: int, eos_ids: set[int],

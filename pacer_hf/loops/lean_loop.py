@@ -184,7 +184,7 @@ def _check(
         if unsupported:
             raise ValueError(f"pacer_hf's lean verification loop does not support {name}; {FALLBACK}.")
     # Batch size 1 and unpadded prompts are refused for every loop before generate runs
-    # (generation._check_inputs), so the loop needs no mask and checks only what it alone assumes.
+    # (generate_checks._check_inputs), so the loop needs no mask and checks only what it alone assumes.
     positions = model_kwargs.get("position_ids")
     default_positions = positions is None or torch.equal(
         positions[0], torch.arange(positions.shape[-1]).to(positions)

@@ -31,13 +31,10 @@ import numpy as np
 import torch
 
 from ..configuration_lookup_gate import NUM_LOOKUP_FEATURES, PacerLookupGateConfig
-from ..modeling_lookup_gate import (
-    PacerLookupGate,
-    expected_gain_length,
-    find_lookup,
-    lookup_features,
-    threshold_length,
-)
+from ..modeling_lookup_gate import PacerLookupGate, find_lookup, lookup_features
+from .lookup_gate_sim import measure_round_cost, speed_table
+from .lookup_gate_sim import policy_lengths as policy_lengths  # re-exported with simulate: the recipe's names
+from .lookup_gate_sim import simulate as simulate
 
 EXAMPLES = "lookup_examples.pt"
 EXAMPLES_FORMAT = 2  # bump when record_examples changes: cached examples of another format are rebuilt
@@ -203,63 +200,6 @@ def stage_train(examples: dict, work: Path, *, max_tokens: int, max_ngram: int, 
                             "eval_loss": round(trainer.evaluate()["eval_loss"], 4), "epochs": epochs, "lr": lr}
     gate.save_pretrained(out)
     return gate.eval()
-
-
-# -- costs and simulation ------------------------------------------------------------------------------------
-
-
-def measure_round_cost(target, max_tokens: int, context: int = 400, repeats: int = 15) -> dict:
-    """Proposing k = 0..max_tokens lookup tokens costs a target forward of k + 1 tokens after a cached
-    `context`-token prefix: calibrate's measured verify costs (interleaved medians, no draft), as ms and
-    relative to one token (`round_cost`)."""
-    from ..loops.probes import measure_costs
-
-    costs = measure_costs(target, None, context=context, max_k=max_tokens, repeats=repeats)
-    return {"verify_ms": [round(1000 * costs.step_seconds * v, 2) for v in costs.verify_cost],
-            "round_cost": [round(v, 4) for v in costs.verify_cost], "context": context, "repeats": repeats,
-            "threads": torch.get_num_threads()}
-
-
-def simulate(accepted: np.ndarray, available: np.ndarray, lengths: np.ndarray, cost: list[float]) -> float:
-    """Speed over plain decoding of proposing `lengths[t]` tokens at each round start t (greedy rounds)."""
-    t, spent, n = 0, 0.0, len(accepted)
-    while t < n:
-        k = int(min(lengths[t], available[t], n - t - 1))
-        spent += cost[k]
-        t += min(k, int(accepted[t])) + 1
-    return n / spent
-
-
-def policy_lengths(gate: PacerLookupGate, entry: dict, cost: list[float] | None,
-                   threshold: float = 0.5) -> np.ndarray:
-    """The gate's proposal length at every round start of one answer: expected gain under `cost`, or
-    (cost None) the tokens whose survival is >= threshold."""
-    survival = gate.survival(entry["features"]).numpy()
-    out = np.zeros(len(entry["available"]), dtype=np.int64)
-    for t, k in enumerate(entry["available"]):
-        if k:
-            s = survival[t, :k].tolist()
-            out[t] = expected_gain_length(s, cost) if cost is not None else threshold_length(s, threshold)
-    return out
-
-
-def speed_table(gate: PacerLookupGate, examples: dict, cost: list[float], max_tokens: int) -> dict:
-    """Simulated speed over plain decoding on the held-out answers, per category and policy (mean over answers)."""
-    table: dict[str, dict[str, list[float]]] = {}
-    for entry, record in zip(examples["per_record"], examples["records"]):
-        if not record["heldout"] or record.get("sampled") or len(entry["accepted"]) < 2:
-            continue
-        acc, avail = entry["accepted"], entry["available"]
-        row = table.setdefault(record["category"], {})
-        for n in (1, 2, 3, 4, 5, max_tokens):
-            row.setdefault(f"fixed-{n}", []).append(simulate(acc, avail, np.full(len(acc), n), cost))
-        row.setdefault("gate", []).append(simulate(acc, avail, policy_lengths(gate, entry, cost), cost))
-        row.setdefault("gate-threshold-0.5", []).append(simulate(acc, avail, policy_lengths(gate, entry, None), cost))
-        oracle = np.array([max(range(int(k) + 1), key=lambda j, a=int(a): (min(j, a) + 1) / cost[j])
-                           for a, k in zip(acc, avail)])
-        row.setdefault("oracle", []).append(simulate(acc, avail, oracle, cost))
-    return {cat: {name: round(float(np.mean(v)), 3) for name, v in row.items()} | {"answers": len(row["gate"])}
-            for cat, row in sorted(table.items())}
 
 
 # -- the command ---------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .smollm2_draft_card import write_card
+
 TRAIN_DIR = "train"
 CHECKPOINT = "checkpoint.pt"
 BEST = "best"
@@ -146,8 +148,6 @@ def stage_train(target, work: Path, *, layers: list[int] | None = None, budget_s
     The draft is built from the target's `layers` (a checkpoint's layer set wins; embedding and head frozen),
     or is a copy of `draft` with every weight trained. The learning rate warms up over 30 steps, then decays
     linearly to 10% at `schedule_s` (default `budget_s`) seconds. Returns the folder of the best draft."""
-    import copy
-
     from tqdm.auto import tqdm
 
     out = work / subdir
@@ -155,33 +155,7 @@ def stage_train(target, work: Path, *, layers: list[int] | None = None, budget_s
     schedule_s = schedule_s or budget_s
     train_records, heldout = split_records(work, files)
     heldout = heldout[:eval_records]
-    ckpt_path = out / CHECKPOINT
-    state = torch.load(ckpt_path, weights_only=False) if ckpt_path.is_file() else None
-    if draft is not None:
-        draft, layers = copy.deepcopy(draft).float(), None
-    elif state is not None:
-        layers = state["layers"]
-    elif layers is None:
-        raise ValueError(f"{ckpt_path} does not exist: pass layers= (or run choose_layers first).")
-    whole = draft is not None
-    draft = draft if whole else build_draft(target, layers)
-    for name, param in draft.named_parameters():
-        param.requires_grad_(whole or name.startswith("model.layers.") or name == "model.norm.weight")
-    params = [p for p in draft.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-    if state is None:
-        state = {"layers": layers, "elapsed": 0.0, "step": 0, "epoch": 0, "cursor": 0, "best": -1.0,
-                 "history": [{"elapsed": 0.0, "step": 0, "agreement": agreement(draft, heldout)}],
-                 "records": len(train_records)}
-        state["best"] = state["history"][0]["agreement"]
-        draft.save_pretrained(out / BEST)
-        print(f"layers {layers}: held-out agreement before training {state['best']:.3f} "
-              f"({len(train_records)} training / {len(heldout)} held-out answers)", flush=True)
-    else:
-        draft.load_state_dict(state["model"], strict=False)
-        optimizer.load_state_dict(state["optimizer"])
-        print(f"resumed at {state['elapsed']:.0f} s, step {state['step']}, best agreement {state['best']:.3f}",
-              flush=True)
+    draft, layers, whole, params, optimizer, state = _start(target, out, layers, draft, lr, train_records, heldout)
     order = list(range(len(train_records)))
     random.Random(seed + state["epoch"]).shuffle(order)
     draft.train()
@@ -217,26 +191,74 @@ def stage_train(target, work: Path, *, layers: list[int] | None = None, budget_s
                             f"train-agree {hits / max(seen, 1):.3f} best {state['best']:.3f}")
         bar.refresh()
         if since_ckpt >= checkpoint_every or state["elapsed"] >= budget_s:
-            draft.eval()
-            score = agreement(draft, heldout)
-            draft.train()
-            state["history"].append({"elapsed": round(state["elapsed"], 1), "step": state["step"],
-                                     "epoch": state["epoch"], "agreement": score,
-                                     "train_agreement": hits / max(seen, 1), "loss": running})
+            score = _evaluate(draft, heldout, state, hits / max(seen, 1), running)
             hits = seen = 0
-            if score > state["best"]:
-                state["best"] = score
-                draft.save_pretrained(out / BEST)
-            state["model"] = {k: v for k, v in draft.state_dict().items() if whole or k.startswith("model.layers.")
-                              or k == "model.norm.weight"}
-            state["optimizer"] = optimizer.state_dict()
-            _save_atomic(state, ckpt_path)
-            (out / "history.json").write_text(json.dumps({"layers": layers, "history": state["history"]}, indent=1))
+            _save_checkpoint(draft, optimizer, state, out, layers, whole, score)
             tqdm.write(f"[{state['elapsed'] / 60:.1f} min] step {state['step']} held-out agreement {score:.3f} "
                        f"(best {state['best']:.3f})")
             since_ckpt, mark = 0.0, time.perf_counter()  # evaluation time is not training time
     bar.close()
     return out / BEST
+
+
+def _start(target, out: Path, layers: list[int] | None, draft, lr: float, train_records: list[dict],
+           heldout: list[dict]):
+    """(draft, layers, whole, trained parameters, optimizer, state) of `stage_train`: resumed from out's checkpoint
+    when there is one, else a fresh draft (built from `layers`, or a copy of `draft` trained whole) scored once."""
+    import copy
+
+    ckpt_path = out / CHECKPOINT
+    state = torch.load(ckpt_path, weights_only=False) if ckpt_path.is_file() else None
+    if draft is not None:
+        draft, layers = copy.deepcopy(draft).float(), None
+    elif state is not None:
+        layers = state["layers"]
+    elif layers is None:
+        raise ValueError(f"{ckpt_path} does not exist: pass layers= (or run choose_layers first).")
+    whole = draft is not None
+    draft = draft if whole else build_draft(target, layers)
+    for name, param in draft.named_parameters():
+        param.requires_grad_(whole or name.startswith("model.layers.") or name == "model.norm.weight")
+    params = [p for p in draft.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
+    if state is None:
+        state = {"layers": layers, "elapsed": 0.0, "step": 0, "epoch": 0, "cursor": 0, "best": -1.0,
+                 "history": [{"elapsed": 0.0, "step": 0, "agreement": agreement(draft, heldout)}],
+                 "records": len(train_records)}
+        state["best"] = state["history"][0]["agreement"]
+        draft.save_pretrained(out / BEST)
+        print(f"layers {layers}: held-out agreement before training {state['best']:.3f} "
+              f"({len(train_records)} training / {len(heldout)} held-out answers)", flush=True)
+    else:
+        draft.load_state_dict(state["model"], strict=False)
+        optimizer.load_state_dict(state["optimizer"])
+        print(f"resumed at {state['elapsed']:.0f} s, step {state['step']}, best agreement {state['best']:.3f}",
+              flush=True)
+    return draft, layers, whole, params, optimizer, state
+
+
+def _evaluate(draft, heldout: list[dict], state: dict, train_agreement: float, running: float) -> float:
+    """Held-out agreement now (the draft back in training mode after), appended to the state's history."""
+    draft.eval()
+    score = agreement(draft, heldout)
+    draft.train()
+    state["history"].append({"elapsed": round(state["elapsed"], 1), "step": state["step"],
+                             "epoch": state["epoch"], "agreement": score,
+                             "train_agreement": train_agreement, "loss": running})
+    return score
+
+
+def _save_checkpoint(draft, optimizer, state: dict, out: Path, layers: list[int] | None, whole: bool,
+                     score: float) -> None:
+    """out/best when `score` beats the best so far, then the checkpoint (trained weights, optimizer) and history."""
+    if score > state["best"]:
+        state["best"] = score
+        draft.save_pretrained(out / BEST)
+    state["model"] = {k: v for k, v in draft.state_dict().items() if whole or k.startswith("model.layers.")
+                      or k == "model.norm.weight"}
+    state["optimizer"] = optimizer.state_dict()
+    _save_atomic(state, out / CHECKPOINT)
+    (out / "history.json").write_text(json.dumps({"layers": layers, "history": state["history"]}, indent=1))
 
 
 # -- measuring and shipping ----------------------------------------------------------------------------------
@@ -347,55 +369,3 @@ def read_records(path: Path) -> list[dict]:
                 except json.JSONDecodeError:
                     break
     return records
-
-
-# -- the model card ------------------------------------------------------------------------------------------
-
-
-def write_card(path: Path, measured: dict) -> None:
-    """README.md of the shipped draft, from what the build measured (work/measured.json)."""
-    history = measured["agreement"]["history"]
-    layers = measured["agreement"]["layers"]
-    best = max(history, key=lambda h: h["agreement"])
-    rows = "\n".join(f"| {h['elapsed'] / 60:.1f} | {h['step']} | {h['agreement']:.3f} |" for h in history)
-    costs = measured.get("costs")
-    e2e = measured.get("end_to_end")
-    lines = [
-        "---", "library_name: transformers", "base_model: HuggingFaceTB/SmolLM2-135M-Instruct",
-        "tags: [speculative-decoding, draft-model, pacer-hf]", "---", "",
-        "# A draft for SmolLM2-135M-Instruct", "",
-        "A small `LlamaForCausalLM` for speculative decoding with SmolLM2-135M-Instruct as the target "
-        "(`pacer_hf.pairs.load_pair(\"smollm2\").draft`). It shares the target's tokenizer and 49152-token "
-        "vocabulary, so verification is exact: greedy output with it is identical to the target's.", "",
-        "## What it is", "",
-        f"- The target's embedding (tied to the `lm_head`, frozen), its layers {layers} copied as layers "
-        f"0..{len(layers) - 1} and trained, and its final norm (trained): {measured['parameters'] / 1e6:.1f} M "
-        f"parameters, {measured['size_mb']} MiB on disk in bfloat16.",
-        "- Trained on the target's own greedy answers (on-policy) to TRAIN-split chat prompts of the six "
-        "`pacer_hf.data.chat_prompts` categories: soft cross-entropy against the target's top-16 "
-        "log-probabilities plus cross-entropy on its greedy token, teacher-forced, embedding and head frozen.",
-        "", "## Greedy agreement on held-out answers", "",
-        "Teacher-forced on the target's answers to held-out prompts (never trained on): how often the "
-        "draft's top-1 is the target's greedy token.", "",
-        "| training minutes | step | agreement |", "|---|---|---|", rows, "",
-        f"Shipped: the best checkpoint, agreement **{best['agreement']:.3f}** after {best['elapsed'] / 60:.1f} "
-        "minutes of training.", "",
-    ]
-    if costs:
-        lines += ["## Cost", "",
-                  f"One draft step through pacer_hf's drafting forward: {costs['draft_ms']} ms; one target "
-                  f"step (1 token after a cached 128-token prefix): {costs['target_ms']} ms; **c = {costs['c']}**; "
-                  f"a 4-token verification: {costs['verify4_ms']} ms (float32, 1 torch thread).", ""]
-    if e2e:
-        lines += ["## End to end", "",
-                  "Greedy, 64 new tokens on 3 BENCH-split chat prompts, outputs asserted identical to plain decoding:",
-                  "", "| strategy | tokens/s | speedup | τ | α |", "|---|---|---|---|---|"]
-        for name, row in e2e.items():
-            lines.append(f"| {name} | {row['tok_s']} | {row.get('speedup', 1.0)} | {row.get('tau', 1.0)} | "
-                         f"{row.get('alpha', '')} |")
-        lines.append("")
-    lines += ["## Reproduce", "", "```bash",
-              "OMP_NUM_THREADS=1 python -m pacer_hf.recipes.smollm2_draft --work-dir W --stage all  # resumable",
-              "```", "", "(or one `--stage` at a time: responses, train, ship). Settings of the invocation that "
-              f"shipped it: `{json.dumps(measured.get('command'))}`", ""]
-    path.write_text("\n".join(lines))

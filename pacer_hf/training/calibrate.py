@@ -21,7 +21,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..costs import CostModel
-from ..generation import disable, enable, last_stats
+from ..generation import EnabledState, disable, enable, last_stats
 from ..loops.probes import measure_costs
 from ..modeling_pacer import PacerPreVerifier
 from .collect import load_traces
@@ -49,7 +49,7 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
     step_seconds = costs.step_seconds
     if step_seconds <= 0:
         raise ValueError("measure_loop_costs needs costs.step_seconds: pass the CostModel that measure_costs returned.")
-    enabled_here = getattr(target, "_pacer_plain_generate", None) is None
+    enabled_here = EnabledState(target).plain_generate is None
     enable(target)
     vocab = target.get_output_embeddings().out_features
     prompt = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0)).to(target.device)

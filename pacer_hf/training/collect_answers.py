@@ -82,42 +82,56 @@ def collect_along_answers(
         for k, members in enumerate(shards):
             if k in done:
                 continue
-            rows: dict[str, list] = {name: [] for name in features}
-            # one chain per answer: (record index, next round's position in prompt + response, loop state)
-            chains = [(i, len(records[i]["prompt"]), [0.0, 0.0, 0.0]) for i in members]
-            while chains:
-                batch, chains = chains[:batch_size], chains[batch_size:]
-                fulls = [records[i]["prompt"] + records[i]["response"] for i, _, _ in batch]
-                prefixes = [full[max(0, p - context):p] for full, (_, p, _) in zip(fulls, batch)]
-                _, _, tokens, hidden, logits = draft_rollout(draft, prefixes, max_draft_tokens)
-                feats = draft_features(logits, tokens).cpu().numpy().astype(np.float32)
-                hidden = hidden.to(torch.float16).cpu().numpy()
-                tokens = tokens.cpu().numpy()
-                for b, ((i, p, loop), full) in enumerate(zip(batch, fulls)):
-                    record, start = records[i], len(records[i]["prompt"])
-                    labels = np.full(max_draft_tokens, -100.0, dtype=np.float32)
-                    unmasked = labels.copy()
-                    accepted, open_ = 0, True
-                    for j in range(min(max_draft_tokens, len(full) - p)):
-                        unmasked[j] = float(tokens[b, j] == full[p + j])
-                        if open_:
-                            labels[j] = unmasked[j]
-                            accepted += int(unmasked[j])
-                            open_ = bool(unmasked[j])
-                    for name, value in (("example_id", f"{record.get('key', i)}@{p}"), ("text_id", i), ("position", p),
-                                        ("draft_tokens", tokens[b]), ("draft_hidden_states", hidden[b]),
-                                        ("draft_features", feats[b]), ("labels", labels),
-                                        ("labels_unmasked", unmasked), ("loop_features", loop)):
-                        rows[name].append(value)
-                    nxt = p + accepted + 1
-                    if nxt < len(full):  # the round after: the target's token at p + accepted is the one it chose
-                        confidence = math.exp(record["top_logp"][nxt - 1 - start][0])
-                        chains.append((i, nxt, loop_features(accepted, max_draft_tokens, confidence, max_draft_tokens)))
-                    else:
-                        bar.update(1)
+            rows = _shard_rows(draft, records, members, features, max_draft_tokens, context, batch_size, bar)
             _save_shard(rows, features, shard_dir, k)
             _shard_done(out, manifest, done, k)
     finally:
         bar.close()
     _finish(out, manifest)
     return out
+
+
+def _shard_rows(draft: PreTrainedModel, records: list[dict], members: list[int], features, max_draft_tokens: int,
+                context: int, batch_size: int, bar) -> dict[str, list]:
+    """The rows of one shard: every round along each of its answers, drafted `batch_size` rounds at a time."""
+    rows: dict[str, list] = {name: [] for name in features}
+    # one chain per answer: (record index, next round's position in prompt + response, loop state)
+    chains = [(i, len(records[i]["prompt"]), [0.0, 0.0, 0.0]) for i in members]
+    while chains:
+        batch, chains = chains[:batch_size], chains[batch_size:]
+        fulls = [records[i]["prompt"] + records[i]["response"] for i, _, _ in batch]
+        prefixes = [full[max(0, p - context):p] for full, (_, p, _) in zip(fulls, batch)]
+        _, _, tokens, hidden, logits = draft_rollout(draft, prefixes, max_draft_tokens)
+        feats = draft_features(logits, tokens).cpu().numpy().astype(np.float32)
+        hidden = hidden.to(torch.float16).cpu().numpy()
+        tokens = tokens.cpu().numpy()
+        for b, ((i, p, loop), full) in enumerate(zip(batch, fulls)):
+            record, start = records[i], len(records[i]["prompt"])
+            labels, unmasked, accepted = _round_labels(tokens[b], full, p, max_draft_tokens)
+            for name, value in (("example_id", f"{record.get('key', i)}@{p}"), ("text_id", i), ("position", p),
+                                ("draft_tokens", tokens[b]), ("draft_hidden_states", hidden[b]),
+                                ("draft_features", feats[b]), ("labels", labels),
+                                ("labels_unmasked", unmasked), ("loop_features", loop)):
+                rows[name].append(value)
+            nxt = p + accepted + 1
+            if nxt < len(full):  # the round after: the target's token at p + accepted is the one it chose
+                confidence = math.exp(record["top_logp"][nxt - 1 - start][0])
+                chains.append((i, nxt, loop_features(accepted, max_draft_tokens, confidence, max_draft_tokens)))
+            else:
+                bar.update(1)
+    return rows
+
+
+def _round_labels(drafted, full: list[int], p: int, max_draft_tokens: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(labels, unmasked labels, accepted count) of a round at position p: greedy verification against the answer
+    (`full`), masked after the first miss; positions past the answer's end stay -100."""
+    labels = np.full(max_draft_tokens, -100.0, dtype=np.float32)
+    unmasked = labels.copy()
+    accepted, open_ = 0, True
+    for j in range(min(max_draft_tokens, len(full) - p)):
+        unmasked[j] = float(drafted[j] == full[p + j])
+        if open_:
+            labels[j] = unmasked[j]
+            accepted += int(unmasked[j])
+            open_ = bool(unmasked[j])
+    return labels, unmasked, accepted

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from ..generation import disable, enable, last_stats
+from ..generation import EnabledState, disable, enable, last_stats
 
 
 @torch.inference_mode()
@@ -27,7 +27,7 @@ def compare_in_generate(target: PreTrainedModel, draft: PreTrainedModel, prompts
     `warmup` runs every setting once on the first prompt first (untimed: the lean draft forward's one-time
     check); `generate_kwargs` go to every call (e.g. `min_new_tokens`). Returns name -> {"tokens_per_s",
     "vs_ar", "mean_draft", "tau", "alpha"} over all prompts and runs (tau, alpha: means over calls)."""
-    enabled_here = getattr(target, "_pacer_plain_generate", None) is None
+    enabled_here = EnabledState(target).plain_generate is None
     enable(target)
     settings = {"ar": None, **settings}
     tokens, seconds = dict.fromkeys(settings, 0), dict.fromkeys(settings, 0.0)
