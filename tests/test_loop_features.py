@@ -164,6 +164,35 @@ def test_collect_along_answers_labels_and_chain(pair, tmp_path):
                                        rtol=1e-5)
 
 
+def test_teacher_forced_traces_equal_the_rollouts_where_labels_are_defined(pair, tmp_path):
+    """One forward per answer gives the same rounds, tokens, labels, loop state, hidden states and features as a
+    rollout per round, at every drafted token up to and including the round's first miss."""
+    from pacer_hf.training.collect import load_traces
+    from pacer_hf.training.collect_answers import collect_along_answers
+
+    target, draft = pair("llama", "noisy")
+    draft = draft.float()
+    records = _answers(target)
+    kwargs = {"max_draft_tokens": 5, "batch_size": 3, "records_per_shard": 2, "progress": False}
+    rollout = load_traces(collect_along_answers(draft, records, tmp_path / "rollout", **kwargs))
+    forced = load_traces(collect_along_answers(draft, records, tmp_path / "forced", teacher_forced=True, **kwargs))
+    rounds = {(r["text_id"], r["position"]): r for r in rollout}
+    assert sorted(rounds) == sorted((r["text_id"], r["position"]) for r in forced)
+    misses = 0
+    for row in forced:
+        ref = rounds[(row["text_id"], row["position"])]
+        np.testing.assert_array_equal(row["labels"], ref["labels"])
+        np.testing.assert_allclose(row["loop_features"], ref["loop_features"], rtol=1e-6)
+        upto = int((np.array(ref["labels"]) == 1).sum()) + int((np.array(ref["labels"]) == 0).any())
+        misses += int((np.array(ref["labels"]) == 0).any())
+        assert row["draft_tokens"][:upto] == ref["draft_tokens"][:upto]
+        np.testing.assert_allclose(np.array(row["draft_hidden_states"])[:upto],
+                                   np.array(ref["draft_hidden_states"])[:upto], atol=2e-3, rtol=2e-3)
+        np.testing.assert_allclose(np.array(row["draft_features"])[:upto], np.array(ref["draft_features"])[:upto],
+                                   atol=1e-3, rtol=1e-3)
+    assert misses > 0, "the noisy draft must miss somewhere for the comparison to mean much"
+
+
 def test_trained_on_them_reads_them(pair, tmp_path):
     from pacer_hf.training.collect_answers import collect_along_answers
     from pacer_hf.training.train import predict_probs, prepare, train_preverifier

@@ -185,7 +185,7 @@ def stage_preverifier(args: argparse.Namespace, work: Path, target, draft, out: 
     for split, rows in zip(("train", "heldout"), answers(work)):
         path = work / f"traces-{split}"
         if not (path / "manifest.json").is_file() or not read_manifest(path).get("complete"):
-            collect_along_answers(draft, rows, path, max_draft_tokens=args.preverifier_max_tokens, batch_size=8,
+            collect_along_answers(draft, rows, path, max_draft_tokens=args.preverifier_max_tokens, teacher_forced=True,
                                   source=f"{work / RESPONSES} ({split})", draft_name=f"hub_cards/{DRAFT_CARD}",
                                   target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", overwrite=True)
         traces[split] = path
