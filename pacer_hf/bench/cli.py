@@ -26,10 +26,13 @@ QUICK = {"prompts": 2, "runs": 1, "max_new_tokens": 32, "prompt_tokens": 128, "c
 FULL = {"prompts": 6, "runs": 3, "max_new_tokens": 128, "prompt_tokens": 256, "cost_repeats": 30}
 
 
+# instruction-tuned pairs are served chat requests: their default categories (pacer_hf.data.chat_prompts)
+CHAT_DEFAULTS = {"smollm2": ",".join(CHAT_CATEGORIES), "qwen2.5-coder": "chat-humaneval,chat-docstring,chat-edit"}
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     pair = parser.add_argument_group("pair (default: the shipped demo pair in hub_cards/)")
     pair.add_argument("--pair", choices=PAIRS, help="a named pair (pacer_hf.pairs.load_pair) instead of --target/"
-                      "--draft; smollm2 benchmarks the chat categories by default")
+                      "--draft; smollm2 benchmarks the chat categories by default, qwen2.5-coder the code ones")
     pair.add_argument("--target", help="target model folder or Hub id (default hub_cards/demo-target)")
     pair.add_argument("--draft", help="draft model folder or Hub id (default hub_cards/demo-draft)")
     pair.add_argument("--preverifier", help="pre-verifier folder (default hub_cards/demo-preverifier if present)")
@@ -184,8 +187,8 @@ def _run(args: argparse.Namespace, report) -> int:
     from .runner import BenchmarkMismatch, run_benchmark
 
     preset = QUICK if args.quick else FULL
-    if args.pair == "smollm2" and args.categories == ",".join(CATEGORIES):
-        args.categories = ",".join(CHAT_CATEGORIES)  # an instruction-tuned target is served chat requests
+    if args.pair in CHAT_DEFAULTS and args.categories == ",".join(CATEGORIES):
+        args.categories = CHAT_DEFAULTS[args.pair]  # an instruction-tuned target is served chat requests
     categories = check_categories(_split(args.categories) or [])
     temperatures = tuple(float(t) for t in _split(args.temperatures) or ["0"])
     if any(t < 0 for t in temperatures):
