@@ -202,7 +202,7 @@ class PacerPreVerifier(PreTrainedModel):
                 "Pacer needs a causal LM draft."
             )
         defaults = {
-            "draft_hidden_size": int(lm_head.weight.shape[1]),
+            "draft_hidden_size": int(lm_head.in_features),
             "draft_model": getattr(draft_model, "name_or_path", None) or None,
             "draft_signature": draft_signature(draft_model.config),
         }
@@ -257,7 +257,7 @@ class PacerPreVerifier(PreTrainedModel):
         """Refuse a draft other than the one this pre-verifier reads (hidden size, architecture)."""
         config = self.config
         lm_head = draft_model.get_output_embeddings()
-        hidden = int(lm_head.weight.shape[1]) if lm_head is not None else None
+        hidden = int(lm_head.in_features) if lm_head is not None else None
         if hidden != config.draft_hidden_size:
             raise ValueError(
                 f"The pre-verifier expects draft hidden size {config.draft_hidden_size}, the draft has {hidden}: it "
