@@ -183,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
         out = target.generate(ids, assistant_model=draft, pacer=pacer, do_sample=False,
                               max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
         used = pacer if isinstance(pacer, str) else "the pre-verifier"
-    print(f"\nexample (a {kind[:-1]}, then the target's greedy completion, generated with pacer={used}):\n" + "-" * 60)
+    shown = kind[:-1] if chat else "held-out standard-library file's last 128 tokens"
+    print(f"\nexample (a {shown}, then the target's greedy completion, generated with pacer={used}):\n" + "-" * 60)
     print(tokenizer.decode(out[0], skip_special_tokens=not chat))
     if args.pair == "stdlib":
         print("-" * 60 + "\nThe embedded pair is small and writes standard-library-style Python; for a real model's "
