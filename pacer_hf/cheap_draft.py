@@ -30,9 +30,10 @@ OUTSIDE_LOGIT = -1e4  # finite: softmax gives 0, and entropy-style features stay
 class SubsetHead(nn.Module):
     """An output head whose rows cover `token_ids` only; `forward` still returns full-vocabulary logits."""
 
-    def __init__(self, head: nn.Linear, token_ids: torch.Tensor):
+    def __init__(self, head: nn.Linear, token_ids: Iterable[int] | torch.Tensor):
         super().__init__()
-        token_ids = torch.as_tensor(token_ids, dtype=torch.long).unique()
+        ids = token_ids if torch.is_tensor(token_ids) else list(token_ids)
+        token_ids = torch.as_tensor(ids, dtype=torch.long).unique()
         self.out_features, self.in_features = head.weight.shape  # out_features: the whole vocabulary, as nn.Linear's
         if token_ids.numel() == 0 or token_ids.min() < 0 or token_ids.max() >= self.out_features:
             raise ValueError(f"token_ids must be a non-empty set of ids in [0, {self.out_features}).")
@@ -56,8 +57,7 @@ def restrict_vocabulary(draft: nn.Module, token_ids: Iterable[int] | torch.Tenso
                         f"{type(head).__name__}.")
     if head.weight is draft.get_input_embeddings().weight:  # tied: the copy below unties it, on purpose
         draft.config.tie_word_embeddings = False
-    draft.set_output_embeddings(SubsetHead(head, torch.as_tensor(list(token_ids) if not torch.is_tensor(token_ids)
-                                                                 else token_ids)))
+    draft.set_output_embeddings(SubsetHead(head, token_ids))
     return draft
 
 

@@ -32,6 +32,7 @@ import torch
 
 from ..pairs import load_demo_pair
 from .demo_onpolicy_card import draft_card
+from .ship_preverifier import train_calibrate_ship
 
 WORK_SUBDIR = "onpolicy"
 REPORT = "report.json"
@@ -307,36 +308,6 @@ def stage_preverifier_sampling(args: argparse.Namespace, work: Path) -> None:
 
 def _train_and_ship(args: argparse.Namespace, target, draft, traces: dict, trained: Path, shipped: Path,
                     dataset: str) -> None:
-    """Trainer on traces["train"], costs measured here (1 thread, as the demo and the benchmark run), the rule
-    chosen on half of the held-out answers and reported on the other half; the Hub folder with its card."""
-    from ..generation import load_preverifier
-    from ..hub.publish import build_preverifier_repo
-    from ..loops.probes import measure_costs
-    from ..training.calibrate import calibrate_preverifier, format_table, measure_loop_costs
-    from ..training.collect import load_traces
-    from ..training.train import split_by_text, train_preverifier
-
-    if not (trained / "model.safetensors").is_file():
-        train_preverifier(str(traces["train"]), trained, eval_data=str(traces["heldout"]), epochs=args.preverifier_epochs,
-                          seed=args.seed)
-    preverifier = load_preverifier(str(trained)).eval()
-    # choose on half of the held-out answers, report on the other half (a smoke build has too few: both on all)
-    heldout = load_traces(traces["heldout"])
-    halves = len(set(heldout["text_id"])) >= 4
-    choose, report_on = split_by_text(heldout, 0.5, args.seed + 1) if halves else (heldout, None)
-    torch.set_num_threads(args.calibrate_threads)  # costs as `pacer-hf demo` and the benchmark run (1 thread)
-    costs = measure_costs(target, draft, preverifier, max_k=max(16, preverifier.config.max_draft_tokens))
-    measured = {"data": str(traces["heldout"]), "report_fraction": 0.5 if halves else None, "machine": __import__("platform").machine(),
-                "torch_threads": torch.get_num_threads(), "bare_draft_cost": costs.draft_cost,
-                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "costs": "measured: context 128, 15 interleaved repeats, medians; draft step and loop overheads "
-                         "measured inside generate", "draft_model": "hub_cards/demo-draft",
-                "target_model": "hub_cards/demo-target"}
-    costs = measure_loop_costs(target, draft, costs)
-    report = calibrate_preverifier(preverifier, choose, costs, measured=measured, report_traces=report_on)
-    print(format_table(report), flush=True)
-    preverifier.config.draft_model, preverifier.config.target_model = "hub_cards/demo-draft", "hub_cards/demo-target"
-    calibrated = trained.parent / f"{trained.name}-calibrated"
-    preverifier.save_pretrained(calibrated)
-    build_preverifier_repo(calibrated, shipped, datasets=[dataset])
-    print(f"[onpolicy] wrote {shipped}", flush=True)
+    train_calibrate_ship(target, draft, traces, trained, shipped, dataset, draft_name="hub_cards/demo-draft",
+                         target_name="hub_cards/demo-target", epochs=args.preverifier_epochs, seed=args.seed,
+                         threads=args.calibrate_threads)  # costs as `pacer-hf demo` and the benchmark run

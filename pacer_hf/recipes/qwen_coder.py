@@ -156,7 +156,8 @@ Measured by `pacer-hf build-qwen-coder --stage draft` ({report['measured_at']}, 
 thread): the draft step through pacer_hf's drafting loop against a target step of {report['target_step_ms']:.0f} ms
 (a 128-token context, interleaved medians), and greedy agreement with the target's answers to
 {report['heldout_answers']} held-out chat code requests ({report['heldout_tokens']} tokens, teacher-forced). The
-cheapest variant within {report['agreement_drop']} of the float32 draft's agreement ships.
+cheapest variant within {report['agreement_drop']} of the float32 draft's agreement ships. These costs rank the
+variants; the costs the stop rule reads are measured where it runs (hub_cards/qwen-coder-preverifier's calibration).
 
 | variant | draft step (ms) | c (× a target step) | agreement |
 |---|---|---|---|
@@ -171,15 +172,10 @@ training answers; `-with-head`: the output head in int8 too. docs/QWEN_CODER.md.
 def stage_preverifier(args: argparse.Namespace, work: Path, target, draft, out: Path) -> Path:
     """Traces of the shipped cheap draft along the target's greedy answers (held-out answers apart), Trainer,
     costs measured here, the stop rule chosen on half the held-out answers and reported on the other half."""
-    from ..generation import load_preverifier
-    from ..hub.publish import build_preverifier_repo
-    from ..loops.probes import measure_costs
-    from ..training.calibrate import calibrate_preverifier, format_table, measure_loop_costs
-    from ..training.collect import load_traces, read_manifest
+    from ..training.collect import read_manifest
     from ..training.collect_answers import collect_along_answers
-    from ..training.train import split_by_text, train_preverifier
+    from .ship_preverifier import train_calibrate_ship
 
-    shipped = out / PREVERIFIER_CARD
     apply_cheap_draft(draft, out / DRAFT_CARD)
     traces = {}
     for split, rows in zip(("train", "heldout"), answers(work)):
@@ -189,30 +185,13 @@ def stage_preverifier(args: argparse.Namespace, work: Path, target, draft, out: 
                                   source=f"{work / RESPONSES} ({split})", draft_name=f"hub_cards/{DRAFT_CARD}",
                                   target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", overwrite=True)
         traces[split] = path
-    trained = work / "preverifier"
-    if not (trained / "model.safetensors").is_file():
-        train_preverifier(str(traces["train"]), trained, eval_data=str(traces["heldout"]),
-                          epochs=args.preverifier_epochs, seed=args.seed)
-    preverifier = load_preverifier(str(trained)).eval()
-    heldout = load_traces(traces["heldout"])
-    choose, report_on = split_by_text(heldout, 0.5, args.seed + 1)
-    costs = measure_costs(target, draft, preverifier, max_k=max(16, preverifier.config.max_draft_tokens), repeats=7)
-    costs = measure_loop_costs(target, draft, costs, new_tokens=32, gammas=(2, 4, 6, 8), repeats=1)
-    measured = {"data": str(traces["heldout"]), "report_fraction": 0.5, "torch_threads": torch.get_num_threads(),
-                "bare_draft_cost": costs.draft_cost, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "costs": "measured: context 128, 7 interleaved repeats, medians; draft step and loop overheads "
-                         "measured inside generate", "draft_model": f"hub_cards/{DRAFT_CARD}",
-                "target_model": "Qwen/Qwen2.5-Coder-1.5B-Instruct"}
-    report = calibrate_preverifier(preverifier, choose, costs, measured=measured, report_traces=report_on)
-    print(format_table(report), flush=True)
-    preverifier.config.draft_model = "Qwen/Qwen2.5-Coder-0.5B-Instruct (hub_cards/qwen-coder-draft)"
-    preverifier.config.target_model = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
-    calibrated = work / "preverifier-calibrated"
-    preverifier.save_pretrained(calibrated)
-    build_preverifier_repo(calibrated, shipped, datasets=[
-        "Qwen2.5-Coder-1.5B-Instruct's greedy answers to TRAIN-split chat code requests (HumanEval tasks, stdlib "
-        "docstrings, renames; pacer_hf.data.chat_prompts), decoded round by round with the cheap 0.5B draft"])
-    return shipped
+    dataset = ("Qwen2.5-Coder-1.5B-Instruct's greedy answers to TRAIN-split chat code requests (HumanEval tasks, "
+               "stdlib docstrings, renames; pacer_hf.data.chat_prompts), decoded round by round with the cheap 0.5B draft")
+    return train_calibrate_ship(target, draft, traces, work / "preverifier", out / PREVERIFIER_CARD, dataset,
+                                draft_name="Qwen/Qwen2.5-Coder-0.5B-Instruct (hub_cards/qwen-coder-draft)",
+                                target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", epochs=args.preverifier_epochs,
+                                seed=args.seed, cost_repeats=7,
+                                loop_costs={"new_tokens": 32, "gammas": (2, 4, 6, 8), "repeats": 1})
 
 
 def run(args: argparse.Namespace) -> int:

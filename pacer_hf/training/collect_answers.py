@@ -116,17 +116,12 @@ def _shard_rows(draft: PreTrainedModel, records: list[dict], members: list[int],
         hidden = hidden.to(torch.float16).cpu().numpy()
         tokens = tokens.cpu().numpy()
         for b, ((i, p, loop), full) in enumerate(zip(batch, fulls)):
-            record, start = records[i], len(records[i]["prompt"])
+            record = records[i]
             labels, unmasked, accepted = _round_labels(tokens[b], full, p, max_draft_tokens)
-            for name, value in (("example_id", f"{record.get('key', i)}@{p}"), ("text_id", i), ("position", p),
-                                ("draft_tokens", tokens[b]), ("draft_hidden_states", hidden[b]),
-                                ("draft_features", feats[b]), ("labels", labels),
-                                ("labels_unmasked", unmasked), ("loop_features", loop)):
-                rows[name].append(value)
-            nxt = p + accepted + 1
-            if nxt < len(full):  # the round after: the target's token at p + accepted is the one it chose
-                confidence = math.exp(record["top_logp"][nxt - 1 - start][0])
-                chains.append((i, nxt, loop_features(accepted, max_draft_tokens, confidence, max_draft_tokens)))
+            _add_round(rows, record, i, p, tokens[b], hidden[b], feats[b], labels, unmasked, loop)
+            following = _next_loop(record, p + accepted + 1, accepted, max_draft_tokens)
+            if following is not None:
+                chains.append((i, p + accepted + 1, following))
             else:
                 bar.update(1)
     return rows
@@ -155,17 +150,29 @@ def _teacher_forced_rows(draft: PreTrainedModel, records: list[dict], members: l
             tokens[: len(span)] = argmax[span]
             labels, _, accepted = _round_labels(tokens, full, p, steps)
             unmasked = labels.copy()  # after the first miss the rollout's own tokens are unknown here
-            for name, value in (("example_id", f"{record.get('key', i)}@{p}"), ("text_id", i), ("position", p),
-                                ("draft_tokens", tokens), ("draft_hidden_states", _padded(hidden[span], steps)),
-                                ("draft_features", _padded(feats[span], steps)), ("labels", labels),
-                                ("labels_unmasked", unmasked), ("loop_features", loop)):
-                rows[name].append(value)
-            p += accepted + 1
-            if p < len(full):
-                confidence = math.exp(record["top_logp"][p - 1 - start][0])
-                loop = loop_features(accepted, steps, confidence, steps)
+            _add_round(rows, record, i, p, tokens, _padded(hidden[span], steps), _padded(feats[span], steps), labels,
+                       unmasked, loop)
+            p, loop = p + accepted + 1, _next_loop(record, p + accepted + 1, accepted, steps)
         bar.update(1)
     return rows
+
+
+def _add_round(rows: dict[str, list], record: dict, i: int, p: int, tokens, hidden, feats, labels, unmasked,
+               loop: list[float]) -> None:
+    for name, value in (("example_id", f"{record.get('key', i)}@{p}"), ("text_id", i), ("position", p),
+                        ("draft_tokens", tokens), ("draft_hidden_states", hidden), ("draft_features", feats),
+                        ("labels", labels), ("labels_unmasked", unmasked), ("loop_features", loop)):
+        rows[name].append(value)
+
+
+def _next_loop(record: dict, nxt: int, accepted: int, max_draft_tokens: int) -> list[float] | None:
+    """The loop state of the round at `nxt` after one that accepted `accepted` tokens (the target's token at
+    nxt - 1 is the one it chose), or None when the answer ends before it."""
+    start = len(record["prompt"])
+    if nxt >= start + len(record["response"]):
+        return None
+    confidence = math.exp(record["top_logp"][nxt - 1 - start][0])
+    return loop_features(accepted, max_draft_tokens, confidence, max_draft_tokens)
 
 
 def _padded(values: np.ndarray, steps: int) -> np.ndarray:
