@@ -3,10 +3,12 @@
 
     python examples/compare_stop_rules.py hub_cards/demo-preverifier /path/to/other-preverifier --runs 2
     python examples/compare_stop_rules.py hub_cards/demo-preverifier --oracle --gammas 5,6,7,8,10,12 --prompts 8 --runs 1
+    python examples/compare_stop_rules.py --pair qwen2.5-coder --oracle --gammas 1,2,3,4,6,8 --prompts 2 --runs 1
 
 Every setting decodes every prompt once per run, interleaved (so machine load hits them alike), after one untimed
 warm-up call each, and every output is checked against plain decoding
-(`pacer_hf.training.validate.compare_in_generate`). Prints tokens/s and speed over the target alone per category,
+(`pacer_hf.training.validate.compare_in_generate`). `--pair qwen2.5-coder` runs the Qwen2.5-Coder pair (its cheap draft)
+on the benchmark's code chat categories, with its shipped pre-verifier when no folder is given. Prints tokens/s and speed over the target alone per category,
 the median over categories, and each setting's speed over the best fixed γ of the same category; writes them as
 JSON with --out.
 
@@ -29,6 +31,7 @@ from typing import ClassVar
 import torch
 
 import pacer_hf
+from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
 from pacer_hf.data.prompts import CATEGORIES, build_prompts
 from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
 from pacer_hf.pairs import load_pair
@@ -106,16 +109,21 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--pair", default="stdlib", choices=("stdlib", "qwen2.5-coder"))
+    parser.add_argument("--categories", help="comma-separated (default: the stdlib categories for the demo pair, "
+                                             "the code chat categories for qwen2.5-coder)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    pair = load_pair("stdlib")
-    prompts, _ = build_prompts(list(CATEGORIES), lambda text: pair.tokenizer(text).input_ids, args.prompts, 256,
-                               target_dir=pair.target.name_or_path)
+    pair = load_pair(args.pair)
+    prompts = _prompts(pair, args)
     gammas = [int(g) for g in args.gammas.split(",")]
     settings = {f"sd-fixed-{g}": f"sd-fixed-{g}" for g in gammas}
     settings.update({path: pacer_hf.PacerPreVerifier.from_pretrained(path) for path in args.preverifiers})
+    if not args.preverifiers and args.pair != "stdlib":
+        settings["pacer"] = pair.preverifier
+    first = next((v for v in settings.values() if isinstance(v, pacer_hf.PacerPreVerifier)), None)
     if args.oracle:
-        cap = settings[args.preverifiers[0]].config.max_draft_tokens if args.preverifiers else max(gammas)
+        cap = first.config.max_draft_tokens if first is not None else max(gammas)
         settings.update({"oracle": OracleStopConfig(cap, trim=False), "oracle-trim": OracleStopConfig(cap, trim=True)})
     results: dict[str, dict] = {}
     for category, chosen in prompts.items():
@@ -141,6 +149,20 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as handle:
             json.dump(results, handle, indent=1)
+
+
+def _prompts(pair, args) -> dict:
+    """category -> prompts: held-out stdlib text for the demo pair, the bench split's chat requests else."""
+    if args.pair == "stdlib":
+        categories = args.categories.split(",") if args.categories else list(CATEGORIES)
+        prompts, _ = build_prompts(categories, lambda text: pair.tokenizer(text).input_ids, args.prompts, 256,
+                                   target_dir=pair.target.name_or_path)
+        return prompts
+    categories = (args.categories or "chat-humaneval,chat-docstring,chat-edit").split(",")
+    unknown = sorted(set(categories) - set(CHAT_CATEGORIES))
+    if unknown:
+        raise SystemExit(f"--categories: {unknown} are not chat categories; choose from {', '.join(CHAT_CATEGORIES)}.")
+    return {c: chat_prompts(pair.tokenizer, c, "bench", n=args.prompts) for c in categories}
 
 
 if __name__ == "__main__":

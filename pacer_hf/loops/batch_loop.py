@@ -32,9 +32,10 @@ from transformers.generation import GenerateDecoderOnlyOutput
 
 from .._hf_compat import CACHE_KWARG, eos_ids, eos_tensor
 from ..costs import BatchClock as _Clock  # a module global: tests swap in fixed costs
-from ..modeling_pacer import PacerPreVerifier, draft_features, rows_continue
+from ..modeling_pacer import PacerPreVerifier, rows_continue
 from ..stats import PacerStats
 from .batch_cache import RowCache, draft_row_cache
+from .block_scorer import BlockScorer
 from .candidate_generator import next_round_loop
 from .lean_loop import accept_step, process_positions
 
@@ -124,28 +125,19 @@ class _Stopper:
     def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, mode: str, clock: _Clock):
         self.preverifier, self.stats, self.mode, self.clock = preverifier.eval(), stats, mode, clock
         self.block_size = preverifier.config.block_size
+        self.blocks = BlockScorer(self.preverifier)
 
     def start(self, loops: list[list[float]]) -> None:
         """A new round; `loops`: each row's `loop_features(...)` (read when `config.loop_features`)."""
-        self.hidden, self.features, self.past, self.token_logits = [], [], None, None
-        reads = getattr(self.preverifier.config, "loop_features", False)
-        self.loop = torch.tensor(loops, device=self.preverifier.device) if reads else None
+        self.blocks.start(loops)
 
-    @torch.no_grad()
     def add(self, hidden: torch.Tensor, raw: torch.Tensor, tokens: torch.Tensor, drafted: list[list[int]],
             drafting: list[bool]) -> list[tuple[bool, int]] | None:
         """Record one drafted token per row; at a block boundary, (stop, trim) per row."""
-        self.hidden.append(hidden)
-        self.features.append(draft_features(raw, tokens))
-        if len(self.hidden) < self.block_size:
-            return None
         start = time.perf_counter()
-        device = self.preverifier.device
-        out = self.preverifier(torch.stack(self.hidden, 1).to(device), torch.stack(self.features, 1).to(device),
-                               cache=self.past, loop_features=self.loop)
-        self.hidden, self.features, self.past = [], [], out.cache
-        logits = out.logits if self.token_logits is None else torch.cat((self.token_logits, out.logits), 1)
-        self.token_logits = logits
+        logits = self.blocks.add(hidden, raw, tokens)
+        if logits is None:
+            return None
         if self.mode == "batch" and self.clock.ready():
             decisions = [(not self._batch_continues(logits, drafted, drafting), 0)] * len(drafted)
         else:

@@ -17,8 +17,9 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 
 from .._hf_compat import CandidateGenerator, crop_cache, eos_ids
 from ..costs import RoundClock
-from ..modeling_pacer import PacerPreVerifier, draft_features, loop_features
+from ..modeling_pacer import PacerPreVerifier, loop_features
 from ..stats import PacerStats
+from .block_scorer import BlockScorer
 from .draft_forwards import choose_draft_forward
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ class PacerStoppingCriteria(StoppingCriteria):
         self.preverifier = preverifier.eval()
         self.costs = costs  # expected_gain: what a round drafting k tokens costs here (else the config's calibration)
         self.block_size = preverifier.config.block_size
-        self.device = preverifier.device
         self.stats = stats
         from .preverifier_kernel import round_scorer  # numba, imported when Pacer first runs
 
@@ -53,9 +53,7 @@ class PacerStoppingCriteria(StoppingCriteria):
         # tensors as numpy arrays, so a draft elsewhere (CUDA) takes the torch path even with a pre-verifier on CPU.
         on_cpu = draft_device is None or torch.device(draft_device).type == "cpu"
         self.scorer = round_scorer(preverifier) if on_cpu else None
-        self.hidden: list[torch.Tensor] = []  # the current block's inputs only
-        self.features: list[torch.Tensor] = []
-        self.past = None  # the pre-verifier's keys/values over the round's earlier blocks (torch path)
+        self.blocks = BlockScorer(self.preverifier)  # the torch path, where `scorer` is None
         self.token_logits: list[float] = []  # acceptance logits of every token drafted this round
         self.trim = 0
         self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
@@ -68,11 +66,11 @@ class PacerStoppingCriteria(StoppingCriteria):
             self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
 
     def start_round(self) -> None:
-        self.hidden.clear()
-        self.features.clear()
-        self.past, self.token_logits, self.trim = None, [], 0
+        self.token_logits, self.trim = [], 0
         if self.scorer is not None:
             self.scorer.start(self.loop)
+        else:
+            self.blocks.start([self.loop])
 
     @torch.no_grad()
     def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
@@ -86,19 +84,10 @@ class PacerStoppingCriteria(StoppingCriteria):
             self.token_logits.append(self.scorer.add(hidden[0], logits[0], int(token[0, 0])))
             done = len(self.token_logits) % self.block_size == 0
         else:
-            features = draft_features(logits, token[:, 0])  # 3 numbers: no logits are kept
-            self.hidden.append(hidden)
-            self.features.append(features)
-            done = len(self.hidden) == self.block_size
+            scored = self.blocks.add(hidden, logits, token[:, 0])
+            done = scored is not None
             if done:
-                loop = torch.tensor([self.loop], device=self.device) if self.reads_loop else None
-                out = self.preverifier(torch.stack(self.hidden, 1).to(self.device),
-                                       torch.stack(self.features, 1).to(self.device), cache=self.past,
-                                       loop_features=loop)
-                self.hidden.clear()
-                self.features.clear()
-                self.past = out.cache
-                self.token_logits += out.logits[0].float().tolist()
+                self.token_logits = scored[0].float().tolist()
         stop = False
         if done:
             costs = {"round_cost": self.costs.seconds()} if self.costs is not None else None
