@@ -13,10 +13,11 @@ import functools
 from transformers import PreTrainedModel
 
 from ._paths import hub_cards_dir
+from .model_state import ModelState, attribute
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
 
-_GREEDY_SLOT, _SAMPLING_SLOT = "_pacer_preverifier", "_pacer_preverifier_sampling"
+_GREEDY_SLOT, _SAMPLING_SLOT = "preverifier", "preverifier_sampling"  # ModelState fields
 ATTACHED_SLOTS = (_GREEDY_SLOT, _SAMPLING_SLOT)
 DEFAULT_LOOKUP_GATE = "default-lookup-gate"  # folder under hub_cards/ (pacer_hf/hub_cards/ in the wheel)
 
@@ -27,17 +28,30 @@ def attach(model: PreTrainedModel, module: PacerPreVerifier | PacerLookupGate) -
 
     A draft holds one pre-verifier per decoding mode: one trained for sampling (`config.decoding == "sampling"`)
     serves `do_sample=True` calls, any other serves greedy ones; each mode falls back on the other's."""
-    # object.__setattr__: a plain attribute, not a registered submodule (the model's state_dict, parameters
-    # and save_pretrained stay its own)
+    # ModelState: a plain attribute, not a registered submodule (the model's state_dict, parameters and
+    # save_pretrained stay its own)
     if isinstance(module, PacerPreVerifier):
         module.check_draft(model)
         sampling = getattr(module.config, "decoding", None) == "sampling"
-        object.__setattr__(model, _SAMPLING_SLOT if sampling else _GREEDY_SLOT, module)
+        setattr(ModelState(model), _SAMPLING_SLOT if sampling else _GREEDY_SLOT, module)
     elif isinstance(module, PacerLookupGate):
-        object.__setattr__(model, "_pacer_lookup_gate", module)
+        ModelState(model).lookup_gate = module
     else:
         raise TypeError(f"attach() takes a PacerPreVerifier or a PacerLookupGate, got {type(module).__name__}.")
     return model
+
+
+def detach(model: PreTrainedModel, fields: tuple[str, ...] = (*ATTACHED_SLOTS, "lookup_gate")) -> dict:
+    """Take what `attach` hung on `model` off it (the pre-verifiers and the lookup gate, or `fields`); returns it
+    by field, for `reattach`."""
+    return {field: model.__dict__.pop(attribute(field), None) for field in fields}
+
+
+def reattach(model: PreTrainedModel, taken: dict) -> None:
+    """Put back what `detach` took (None fields stay empty)."""
+    for field, module in taken.items():
+        if module is not None:
+            setattr(ModelState(model), field, module)
 
 
 @functools.cache
@@ -55,7 +69,8 @@ def default_lookup_gate() -> PacerLookupGate:
 def attached_preverifier(draft: PreTrainedModel, do_sample: bool) -> PacerPreVerifier | None:
     """The pre-verifier attached to `draft` for this decoding mode, else the other mode's, else None."""
     slots = (_SAMPLING_SLOT, _GREEDY_SLOT) if do_sample else (_GREEDY_SLOT, _SAMPLING_SLOT)
-    return next((draft.__dict__[slot] for slot in slots if draft.__dict__.get(slot) is not None), None)
+    state = ModelState(draft)
+    return next((getattr(state, slot) for slot in slots if getattr(state, slot) is not None), None)
 
 
 def require_attached(draft: PreTrainedModel, config, do_sample: bool) -> PacerPreVerifier:

@@ -39,6 +39,7 @@ from .generate_checks import check_vocabularies as check_vocabularies  # re-expo
 from .loops.batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
 from .loops.draft_forwards import DRAFT_FORWARDS
 from .loops.lean_loop import lean_assisted_decoding
+from .model_state import ModelState
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
 from .stats import PacerStats
@@ -61,37 +62,9 @@ _MISSING = object()
 LOOPS = ("lean", "transformers")
 
 
-class EnabledState:
-    """What `enable` keeps on one model instance, set by `enable` (`install`) and cleared by `disable` (`clear`) only.
-
-    A view over the instance's own attributes, under the names pacer_hf has always used (`_pacer_<field>`, read by
-    tests, `pacer_hf.training` and the Hub bundle); `enable` also binds `generate` and `_get_candidate_generator`
-    over transformers' own, on the instance:
-
-    plain_generate      the instance's `generate` before `enable`; set means the model is enabled
-    added_config_entry  `enable` added `pacer` to generation_config (`disable` removes it again while it is None)
-    transformers_call   the StrategyCall of a running pacer_loop="transformers" call; None between calls
-    loaded              pre-verifiers and lookup gates that `pacer=<folder or Hub id>` loaded, by name
-    last_stats          PacerStats of the last call that ran a pacer_hf strategy (`last_stats`; `disable` keeps it)
-    """
-
-    CLEARED = ("plain_generate", "transformers_call", "loaded", "added_config_entry")
-    FIELDS = (*CLEARED, "last_stats")
-    # the instance attributes `disable` removes (the Hub bundle saves and restores these around its call)
-    ATTRIBUTES = ("generate", "_get_candidate_generator", *(f"_pacer_{name}" for name in CLEARED))
-
-    def __init__(self, model: PreTrainedModel):
-        object.__setattr__(self, "_model", model)
-
-    def __getattr__(self, name: str):
-        if name not in EnabledState.FIELDS:
-            raise AttributeError(f"EnabledState has no field {name!r}; fields: {EnabledState.FIELDS}")
-        return getattr(self._model, f"_pacer_{name}", None)
-
-    def __setattr__(self, name: str, value) -> None:
-        if name not in EnabledState.FIELDS:
-            raise AttributeError(f"EnabledState has no field {name!r}; fields: {EnabledState.FIELDS}")
-        setattr(self._model, f"_pacer_{name}", value)
+class EnabledState(ModelState):
+    """`ModelState` with what `enable` does to an instance: `install` sets its fields and binds `generate` and
+    `_get_candidate_generator` over transformers' own, on the instance; `clear` (from `disable`) undoes that."""
 
     @classmethod
     def install(cls, model: PreTrainedModel) -> None:
@@ -108,10 +81,10 @@ class EnabledState:
 
     @classmethod
     def clear(cls, model: PreTrainedModel) -> None:
-        if cls(model).added_config_entry and getattr(model.generation_config, "pacer", None) is None:
+        state = cls(model)
+        if state.added_config_entry and getattr(model.generation_config, "pacer", None) is None:
             del model.generation_config.pacer
-        for name in cls.ATTRIBUTES:
-            model.__dict__.pop(name, None)
+        state.clear_enable()
 
 
 def enable(model: PreTrainedModel) -> PreTrainedModel:
@@ -269,7 +242,7 @@ def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: 
     kwargs["prompt_lookup_num_tokens"] = config.num_tokens or DEFAULT_LOOKUP_TOKENS
     gate = None
     if config.use_preverifier:
-        gate = module if isinstance(module, PacerLookupGate) else getattr(model, "_pacer_lookup_gate", None)
+        gate = module if isinstance(module, PacerLookupGate) else ModelState(model).lookup_gate
         gate = gate if gate is not None else default_lookup_gate()
     preverifier = None
     do_sample = bool(_generation_value(model, kwargs, "do_sample"))

@@ -15,7 +15,7 @@ import torch
 from conftest import build_draft, build_model, make_lookup_gate, make_preverifier
 
 import pacer_hf
-from pacer_hf.attached import ATTACHED_SLOTS
+from pacer_hf.attached import detach
 
 # PACER_HF_TEST_DEVICE=cpu runs them on the CPU instead: a check of the tests themselves where no GPU is at hand
 DEVICE = os.environ.get("PACER_HF_TEST_DEVICE", "cuda")
@@ -65,9 +65,8 @@ def ready(target, draft, case: str, preverifier_device: str = DEVICE, preverifie
     try:
         yield
     finally:
-        for slot in ATTACHED_SLOTS:
-            draft.__dict__.pop(slot, None)
-        target.__dict__.pop("_pacer_lookup_gate", None)
+        detach(draft)
+        detach(target)
 
 
 def speculative(target, draft, case: str, ids: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:

@@ -17,7 +17,7 @@ from transformers import PreTrainedModel
 import pacer_hf
 
 from .._hf_compat import CACHE_KWARG
-from ..attached import ATTACHED_SLOTS
+from ..attached import ATTACHED_SLOTS, detach
 from ..costs import synchronize
 from ..data.prompts import Prompt
 from ..modeling_pacer import PacerPreVerifier
@@ -117,8 +117,7 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
     if suffix_cache is not None:
         kwargs["suffix_cache"] = suffix_cache
     if strategy.needs_preverifier and strategy.family == "registered":  # e.g. pacer+ouroboros: the attached one
-        for slot in ATTACHED_SLOTS:
-            draft.__dict__.pop(slot, None)
+        detach(draft, ATTACHED_SLOTS)
         pacer_hf.attach(draft, preverifiers["pacer@sampling" if temperature > 0 else "pacer"])
     counter.reset()
     if temperature > 0:

@@ -22,12 +22,12 @@ from transformers import PreTrainedModel
 
 import pacer_hf
 
-from ..attached import ATTACHED_SLOTS
+from ..attached import ATTACHED_SLOTS, detach, reattach
 from ..costs import CostModel
 from ..data.prompts import CATEGORIES, Prompt
+from ..model_state import ModelState
 from ..modeling_pacer import PacerPreVerifier
 from ..strategies import OuroborosConfig, strategy_config
-from ..strategies.ouroboros.pool import POOLS_ATTRIBUTE
 from .machine import machine_info, physical_cores
 from .measure import CallResult, ForwardCounter, run_call
 from .strategies import (
@@ -97,7 +97,7 @@ class PoolIsolation:
         if not isinstance(config, OuroborosConfig):
             yield
             return
-        pools = self.target.__dict__.get(POOLS_ATTRIBUTE)
+        pools = ModelState(self.target).phrase_pools
         if pools is not None:
             pools.pop(self.draft, None)
             if strategy.name in self.saved:
@@ -105,7 +105,7 @@ class PoolIsolation:
         try:
             yield
         finally:
-            pools = self.target.__dict__.get(POOLS_ATTRIBUTE)
+            pools = ModelState(self.target).phrase_pools
             if pools is not None and self.draft in pools:
                 self.saved[strategy.name] = pools.pop(self.draft)
 
@@ -189,7 +189,7 @@ def run_benchmark(
     pacer_hf.enable(target)
     if draft is not None:
         pacer_hf.generation._check_pair(target, draft)
-    gate = target.__dict__.get("_pacer_lookup_gate")
+    gate = ModelState(target).lookup_gate
     names = config.strategies or default_strategy_names(config.quick, preverifier is not None, draft is not None,
                                                         gate is not None)
     oracle_gamma = max(8, preverifier.config.max_draft_tokens if preverifier is not None else 0)
@@ -204,7 +204,7 @@ def run_benchmark(
         max_gamma = max([s.gamma or 0 for s in strategies] + [16])
         costs = measure_costs(target, draft, context=min(128, config.prompt_tokens), max_k=max_gamma,
                               repeats=config.cost_repeats, progress=progress)
-    attached = {slot: draft.__dict__.get(slot) for slot in ATTACHED_SLOTS} if draft is not None else {}
+    attached = {slot: getattr(ModelState(draft), slot) for slot in ATTACHED_SLOTS} if draft is not None else {}
     harness = _Harness(target, draft, preverifiers, ForwardCounter(target, draft), PoolIsolation(target, draft))
     try:
         if config.warmup:
@@ -216,10 +216,8 @@ def run_benchmark(
     finally:
         harness.counter.close()
         if draft is not None:  # the draft leaves with the pre-verifiers it came with, if any
-            for slot, module in attached.items():
-                draft.__dict__.pop(slot, None)
-                if module is not None:
-                    draft.__dict__[slot] = module
+            detach(draft, ATTACHED_SLOTS)
+            reattach(draft, attached)
     records = aggregate(calls, strategies, costs, config)
     return BenchResult(records=records, meta=_meta(config, threads, strategies, preverifier, costs, prompts),
                        calls=calls)

@@ -25,17 +25,17 @@ def generate(model: PreTrainedModel, *args, **kwargs):
     `pacer=` takes the same values as with pacer_hf (True, a Hub id or path, a `PacerPreVerifier` from
     pacer_hf or from `AutoModel(..., trust_remote_code=True)`, a strategy name such as "sd-fixed-<n>",
     "ouroboros" or "pearl", or a strategy config).
-    Stats of the call are on `model._pacer_last_stats` (`pacer_hf.last_stats(model)` if installed).
+    Stats of the call are on `pacer_hf.model_state.ModelState(model).last_stats` (`pacer_hf.last_stats(model)` if installed).
     """
     check_supported()
     saved = {name: model.__dict__.pop(name) for name in EnabledState.ATTRIBUTES if name in model.__dict__}
     had_pacer_entry = "pacer" in model.generation_config.__dict__
     enable(model)
-    EnabledState(model).loaded = model.__dict__.get("_pacer_hub_loaded", {})  # loaded by id, kept across calls
+    EnabledState(model).loaded = EnabledState(model).hub_loaded or {}  # loaded by id, kept across calls
     try:
         return model.generate(*args, **kwargs)
     finally:
-        model._pacer_hub_loaded = EnabledState(model).loaded
+        EnabledState(model).hub_loaded = EnabledState(model).loaded
         disable(model)
         model.__dict__.update(saved)
         if not had_pacer_entry:

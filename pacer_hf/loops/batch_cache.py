@@ -15,6 +15,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .._hf_compat import CACHE_KWARG, batch_row_cache, gather_cache_slots
+from ..model_state import ModelState
 from ..stats import PacerStats
 from .lean_draft import LeanDraft
 
@@ -179,7 +180,7 @@ def right_aligned(blocks: list[list[int]], starts: list[int], device) -> tuple[t
 def draft_row_cache(draft: PreTrainedModel, draft_forward: str, stats: PacerStats, batch: int,
                     max_length: int) -> RowCache:
     """The draft's RowCache: the lean forward when the draft qualifies (as in the batch-1 drafting loop)."""
-    if draft_forward != "model" and draft.__dict__.get("_pacer_decode_step") is None:
+    if draft_forward != "model" and ModelState(draft).decode_step is None:
         lean, reason = LeanDraft.for_model(draft, max_length)
         if lean is not None:
             stats.draft_forward = "lean"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 
 from .._hf_compat import CACHE_KWARG, new_cache, output_cache
+from ..model_state import ModelState
 from ..stats import PacerStats
 from .lean_draft import LeanDraft
 
@@ -27,7 +28,7 @@ def choose_draft_forward(draft, draft_forward: str, max_length: int, stats: Pace
     """The decode step and an empty cache for it; `draft_forward` was validated by `generate`.
 
     Under "auto" a `compile_draft`ed draft runs compiled, any other draft lean when it qualifies."""
-    decode_step = draft.__dict__.get("_pacer_decode_step")  # set by compile_draft
+    decode_step = ModelState(draft).decode_step  # set by compile_draft
     if draft_forward == "lean" or (draft_forward == "auto" and decode_step is None):
         lean, reason = LeanDraft.for_model(draft, max_length)
         if lean is not None:
@@ -99,10 +100,10 @@ def compile_draft(draft_model, warmup: bool = True):
             f"compile_draft: {type(draft_model).__name__}'s logits are not lm_head(decoder(x)); use the eager draft."
         )
     # Kept out of the module tree (not a submodule): the draft's state_dict and save_pretrained stay unchanged.
-    draft_model.__dict__["_pacer_decode_step"] = torch.compile(decoder, dynamic=True)
+    ModelState(draft_model).decode_step = torch.compile(decoder, dynamic=True)
     if warmup:
         with torch.no_grad():
             cache = output_cache(decoder(input_ids=probe, use_cache=True))
             for token in range(2):  # two lengths, so the dynamic-shape graph is the one compiled
-                draft_model._pacer_decode_step(input_ids=probe[:, :1] + token, use_cache=True, **{CACHE_KWARG: cache})
+                ModelState(draft_model).decode_step(input_ids=probe[:, :1] + token, use_cache=True, **{CACHE_KWARG: cache})
     return draft_model

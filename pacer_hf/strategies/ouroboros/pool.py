@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from transformers import PreTrainedModel
 
-POOLS_ATTRIBUTE = "_pacer_phrase_pools"  # attribute on the target: WeakKeyDictionary[draft model -> PhrasePool]
+from ...model_state import ModelState
+
 Phrase = tuple[int, ...]
 
 
@@ -135,13 +136,13 @@ class PhrasePool:
 
 def phrase_pool(model: PreTrainedModel, draft: PreTrainedModel) -> PhrasePool | None:
     """The phrase pool kept on `model` for `draft` (None before the first Ouroboros call)."""
-    pools = model.__dict__.get(POOLS_ATTRIBUTE)
+    pools = ModelState(model).phrase_pools
     return None if pools is None else pools.get(draft)
 
 
 def reset_phrase_pool(model: PreTrainedModel, draft: PreTrainedModel | None = None) -> None:
     """Empty the warm-start phrase pool(s) kept on `model`: the one for `draft`, or all of them."""
-    pools = model.__dict__.get(POOLS_ATTRIBUTE)
+    pools = ModelState(model).phrase_pools
     if pools is None:
         return
     for key, pool in list(pools.items()):
@@ -151,9 +152,9 @@ def reset_phrase_pool(model: PreTrainedModel, draft: PreTrainedModel | None = No
 
 def pool_for(model: PreTrainedModel, draft: PreTrainedModel, shape: tuple[int, int, int, int]) -> PhrasePool:
     """The pool kept on `model` for `draft`; a new one when none exists or its shape differs."""
-    pools = model.__dict__.get(POOLS_ATTRIBUTE)
+    pools = ModelState(model).phrase_pools
     if pools is None:
-        pools = model.__dict__[POOLS_ATTRIBUTE] = weakref.WeakKeyDictionary()
+        pools = ModelState(model).phrase_pools = weakref.WeakKeyDictionary()
     pool = pools.get(draft)
     if pool is None or pool.shape != shape:
         key_length, phrase_length, phrases_per_key, max_keys = shape
