@@ -1,11 +1,16 @@
 """A pair's costs relative to one target decoding step, as calibration measures them and a calibrated
-pre-verifier records them (`config.calibration`): the simulator's and the benchmark's cost model."""
+pre-verifier records them (`config.calibration`): the simulator's and the benchmark's cost model. Its tables
+(`verify_cost`, `round_cost`) stay the bare lists `config.calibration` stores and the Hub-loadable
+`modeling_pacer.py` reads; they are read as `CostCurve`s (`verify_curve`, `round_curve`: one lookup, one
+extrapolation rule)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .curve import CostCurve
 
 
 @dataclass
@@ -34,27 +39,30 @@ class CostModel:
 
     @classmethod
     def from_calibration(cls, calibration: dict) -> CostModel:
-        """The cost model a calibrated pre-verifier's `config.calibration` recorded."""
-        return cls(calibration["draft_cost"], list(calibration["verify_cost"]), calibration.get("preverifier_cost", 0.0),
-                   calibration.get("round_overhead", 0.0), calibration.get("ar_overhead", 0.0),
-                   round_cost=calibration.get("round_cost"))
+        """The cost model a calibrated pre-verifier's `config.calibration` recorded (its tables bare lists, or
+        `CostCurve.to_dict` dicts)."""
+        round_cost = calibration.get("round_cost")
+        return cls(calibration["draft_cost"], CostCurve.from_dict(calibration["verify_cost"]).base,
+                   calibration.get("preverifier_cost", 0.0), calibration.get("round_overhead", 0.0),
+                   calibration.get("ar_overhead", 0.0),
+                   round_cost=None if round_cost is None else CostCurve.from_dict(round_cost).base)
+
+    @property
+    def verify_curve(self) -> CostCurve:
+        """verify(k): a target forward over k + 1 tokens, in target steps."""
+        return CostCurve(self.verify_cost, "calibration")
+
+    @property
+    def round_curve(self) -> CostCurve | None:
+        """A whole round drafting k tokens, in target steps, when measured inside generate."""
+        return None if self.round_cost is None else CostCurve(self.round_cost, "calibration")
 
     def round_time(self, lengths: np.ndarray) -> np.ndarray:
         """Time of rounds drafting `lengths` tokens, without pre-verifier calls (target steps)."""
         lengths = np.asarray(lengths)
         if self.round_cost is None:
             return lengths * self.draft_cost + self.verify(lengths) + self.round_overhead
-        return _lookup(self.round_cost, lengths)
+        return self.round_curve.at(lengths)
 
     def verify(self, k: np.ndarray) -> np.ndarray:
-        return _lookup(self.verify_cost, k)
-
-
-def _lookup(values: list[float], k: np.ndarray) -> np.ndarray:
-    """`values[k]` elementwise, extrapolated linearly past the measured range."""
-    table = np.asarray(values, dtype=np.float64)
-    k = np.asarray(k)
-    if int(k.max(initial=0)) >= len(table):
-        slope = table[-1] - table[-2] if len(table) > 1 else 0.0
-        return np.where(k < len(table), table[np.minimum(k, len(table) - 1)], table[-1] + slope * (k - len(table) + 1))
-    return table[k]
+        return self.verify_curve.at(k)

@@ -25,22 +25,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
 import time
-from collections import deque
 from pathlib import Path
 
-import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from .curve import CostCurve
 from .measure import model_key, processor_name, time_forwards
 
 COST_MODES = ("measure", "probe", "prior")  # pacer_costs=...; or a list of relative costs k = 0..K
 COST_CACHE_ENV = "PACER_HF_COST_CACHE"
 MIN_ROUNDS = 8  # online rounds before they refine the probe
 REFIT_EVERY = 16  # rounds between refits after that (a fit costs ≈ 0.3 ms, a small model's round ≈ 15 ms)
-WINDOW = 256  # the latest online rounds kept
+WINDOW = 64  # the latest online rounds kept per proposal length
 
 
 def check_cost_mode(value) -> str | list[float]:
@@ -58,57 +56,47 @@ def check_cost_mode(value) -> str | list[float]:
     return value
 
 
-class RoundCosts:
-    """Seconds of a round proposing k = 0..K tokens: `probe[k]` from the probe (or a given table), refined by
-    `observe(k, seconds)`. From `MIN_ROUNDS` observed rounds on (refitted every `REFIT_EVERY`),
-    seconds(k) = a * probe[k] + b with a > 0, b >= 0 fitted (least squares, weighted by rounds) to the medians of
-    the observed rounds per length: the probe's shape, the rounds' scale, and b for the per-round work a bare
-    forward does not include. Decisions compare rates across lengths, so only the curve's shape and that offset
-    matter."""
+class RoundCosts(CostCurve):
+    """Seconds of a round proposing k = 0..K tokens: a `CostCurve` over k with the probe (or a given table) as its
+    base and the "scale" policy (without `online`, none). From `MIN_ROUNDS` observed rounds on (refitted every
+    `REFIT_EVERY`), seconds(k) = a * probe[k] + b with a > 0, b >= 0 fitted (least squares, weighted by rounds) to
+    the medians of the observed rounds per length: the probe's shape, the rounds' scale, and b for the per-round
+    work a bare forward does not include. Decisions compare rates across lengths, so only the curve's shape and
+    that offset matter."""
 
     def __init__(self, probe: list[float], source: str, describe: dict | None = None, probe_seconds: float = 0.0,
                  online: bool = True):
         if not probe or min(probe) <= 0:
             raise ValueError(f"round costs must be positive numbers, one per proposal length k = 0..K; got {probe!r}.")
-        self.probe = [float(v) for v in probe]
-        self.source = source
-        self.describe = describe or {}
+        super().__init__(probe, source, describe, fit="scale" if online else None, window=WINDOW,
+                         min_samples=MIN_ROUNDS, refit_every=REFIT_EVERY)
         self.probe_seconds = probe_seconds
         self.online = online
-        self.samples: deque = deque(maxlen=WINDOW)
-        self.fit = (1.0, 0.0)
-        self.observed = 0  # rounds observed in all (the window keeps the latest)
-        self.refit_at = MIN_ROUNDS  # the observed count at which the next fit is due
-        self._seconds: list[float] | None = None
 
-    def observe(self, k: int, seconds: float) -> None:
-        if self.online and 0 <= k < len(self.probe) and seconds > 0:
-            self.samples.append((k, seconds))
-            self.observed += 1
-            if self.observed >= self.refit_at:
-                self.refit_at = self.observed + REFIT_EVERY
-                self._seconds = None
+    @property
+    def probe(self) -> list[float]:
+        return self.base
+
+    @property
+    def fit(self) -> tuple[float, float]:
+        """(a, b) of the current estimate ((1, 0) before the rounds refine it)."""
+        self.values()
+        return self.params or (1.0, 0.0)
 
     def seconds(self) -> list[float]:
         """The current estimate per k (refitted lazily once `observe` has made a fit due)."""
-        if self._seconds is None:
-            self.fit = fit_probe(self.probe, self.samples) if len(self.samples) >= MIN_ROUNDS else (1.0, 0.0)
-            scale, offset = self.fit
-            self._seconds = [scale * v + offset for v in self.probe]
-        return self._seconds
+        return self.values().tolist()
 
     def table(self) -> list[float]:
         """The estimate relative to k = 0 (one plain decoding step for prompt lookup)."""
-        seconds = self.seconds()
-        return [v / seconds[0] for v in seconds]
+        return self.relative().tolist()
 
     def summary(self) -> dict:
         """What decided the call, for `last_stats(model).costs`."""
-        table = self.table()
-        online = len(self.samples) >= MIN_ROUNDS
+        online = self.refined()
         scale, offset = self.fit
-        return {"source": self.source + ("+online" if online else ""), "table": [round(v, 4) for v in table],
-                "probe_seconds": round(self.probe_seconds, 3), "online_rounds": len(self.samples) if online else 0,
+        return {"source": self.source + ("+online" if online else ""), "table": [round(v, 4) for v in self.table()],
+                "probe_seconds": round(self.probe_seconds, 3), "online_rounds": self.kept if online else 0,
                 "fit": {"scale": round(scale, 4), "offset_ms": round(1000 * offset, 3)}, **self.describe}
 
 
@@ -128,24 +116,6 @@ class RoundClock:
         if self.start is not None and self.costs is not None:
             self.costs.observe(self.proposed, time.perf_counter() - self.start)
         self.start = None
-
-
-def fit_probe(probe: list[float], samples) -> tuple[float, float]:
-    """(a, b) with a > 0, b >= 0 minimising sum_k n_k (median_k - a * probe[k] - b)^2 over the observed lengths k
-    (n_k rounds, median_k their median seconds); one length alone, or a fit that would need b < 0, gives b = 0."""
-    groups: dict[int, list[float]] = {}
-    for k, seconds in samples:
-        groups.setdefault(k, []).append(seconds)
-    weights = np.array([len(v) for v in groups.values()], dtype=np.float64)
-    medians = np.array([statistics.median(v) for v in groups.values()])
-    probed = np.array([probe[k] for k in groups])
-    if len(groups) > 1:
-        design = np.stack([probed, np.ones_like(probed)], 1) * np.sqrt(weights)[:, None]
-        (scale, offset), *_ = np.linalg.lstsq(design, medians * np.sqrt(weights), rcond=None)
-        if scale > 0 and offset >= 0:
-            return float(scale), float(offset)
-    scale = float((weights * medians * probed).sum() / (weights * probed * probed).sum())
-    return scale, 0.0
 
 
 _PROCESS: dict[str, RoundCosts] = {}  # one per key: online refinements carry over between calls

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from ..costs import CostModel
+from ..costs import CostModel, timer
 from ..generation import EnabledState, disable, enable, last_stats
 from ..loops.probes import measure_costs
 from ..modeling_pacer import PacerPreVerifier
@@ -54,10 +54,10 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
     vocab = target.get_output_embeddings().out_features
     prompt = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0)).to(target.device)
 
-    def timed(tokens: int = new_tokens, **kwargs) -> tuple[float, object]:
-        start = time.perf_counter()
-        target.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, **kwargs)
-        return time.perf_counter() - start, last_stats(target)
+    def timed(tokens: int = new_tokens, **kwargs) -> tuple[float, object]:  # costs.timer: the one timing loop
+        seconds = timer(lambda: target.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                                                **kwargs), device=target.device)()
+        return seconds, last_stats(target)
 
     def per_call(**kwargs) -> float:  # call setup + prefill: a one-token call drafts nothing
         return min(timed(1, **kwargs)[0] for _ in range(repeats + 1))
