@@ -14,6 +14,7 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -22,7 +23,7 @@ from transformers import PreTrainedModel
 import pacer_hf
 
 from .._hf_compat import eos_ids as _eos_ids
-from ..costs import synchronize
+from ..costs import timed
 from ..loops.batch_cache import left_padded
 from ..strategies.ouroboros import reset_phrase_pool
 from .runner import BenchmarkMismatch, machine_info
@@ -97,11 +98,9 @@ def run_batch_benchmark(target: PreTrainedModel, draft: PreTrainedModel, preveri
                         _call(target, draft, name, *groups[0], 8, pad_id)
                     seconds, tokens, rows = 0.0, 0, []
                     for ids, mask in groups:
-                        synchronize(target.device)
-                        start = time.perf_counter()
-                        out = _call(target, draft, name, ids, mask, config.max_new_tokens, pad_id)
-                        synchronize(target.device)
-                        seconds += time.perf_counter() - start
+                        elapsed, out = timed(partial(_call, target, draft, name, ids, mask,
+                                                            config.max_new_tokens, pad_id), target.device)
+                        seconds += elapsed
                         tokens += generated_tokens(out, ids.shape[1], eos_ids)
                         rows += [row[ids.shape[1]:].tolist() for row in out]
                     outputs[name] = rows

@@ -7,8 +7,8 @@ the draft's `lm_head` counts draft forwards. pacer_hf strategies' own `PacerStat
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -18,7 +18,7 @@ import pacer_hf
 
 from .._hf_compat import CACHE_KWARG
 from ..attached import ATTACHED_SLOTS, detach
-from ..costs import synchronize
+from ..costs import timed
 from ..data.prompts import Prompt
 from ..modeling_pacer import PacerPreVerifier
 from .strategies import Strategy, call_context
@@ -123,11 +123,7 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
     if temperature > 0:
         torch.manual_seed(seed)
     with call_context(strategy, target, draft):  # no inference_mode: PEARL drafts in a thread (mode is per-thread)
-        synchronize(target.device)
-        start = time.perf_counter()
-        out = target.generate(ids, **kwargs)
-        synchronize(target.device)
-        seconds = time.perf_counter() - start
+        seconds, out = timed(partial(target.generate, ids, **kwargs), target.device)
     output = out[0].tolist()
     new_tokens = len(output) - ids.shape[1]
     stats = pacer_hf.last_stats(target) if kwargs["pacer"] is not None else None

@@ -1,6 +1,6 @@
 """Costs: what work costs where the call runs, measured once and kept as curves (below loops/ and strategies/).
 
-- `measure`:     the one timing loop (`timer`, CUDA synchronized) and what is built on it: cached-forward timers,
+- `measure`:     the one timing loop (`timed`, CUDA synchronized; `timer` repeats it) and what is built on it: cached-forward timers,
                  the probe of every verify width, interleaved medians, the fastest of repeats; where a
                  measurement was taken (`model_key`, `processor_name`).
 - `curve`:       `CostCurve`, the one cost-curve type: cost as a function of a proposal length, verify width or
@@ -29,6 +29,7 @@ from .measure import (
     processor_name,
     synchronize,
     time_forwards,
+    timed,
     timer,
 )
 from .round_costs import (
@@ -45,4 +46,4 @@ from .step_costs import BatchClock, StepCosts
 
 __all__ = ["COST_MODES", "BatchClock", "CostCurve", "CostModel", "RoundClock", "RoundCosts", "StepCosts", "cached_forward_timer", "cached_probe",
            "check_cost_mode", "cpu_name", "fastest", "forward_costs", "interleaved", "lookup_costs",
-           "model_key", "processor_name", "resolve_costs", "synchronize", "time_forwards", "timer"]
+           "model_key", "processor_name", "resolve_costs", "synchronize", "time_forwards", "timed", "timer"]

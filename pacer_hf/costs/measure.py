@@ -1,7 +1,8 @@
 """Measuring what work costs where the call runs: the one timing loop behind every cost in pacer_hf.
 
-`timer(step, ...)` times one call (CUDA synchronized around it, a KV cache cropped back after it), and every
-measurement is built from it: `cached_forward_timer` (a cached forward over `width` new tokens), the probe of
+`timed(call, device)` times one call (CUDA synchronized around it); `timer(step, ...)` makes a repeatable one of
+it (a KV cache cropped back after each call), and every measurement is built from them: the benchmark's and
+validation's timed `generate` calls, `cached_forward_timer` (a cached forward over `width` new tokens), the probe of
 every verify width (`time_forwards`), PEARL's γ (`fastest`), calibration's and the recipes' interleaved medians
 (`interleaved`), and the loop's own pieces (`loops/probes.py`: the draft step, the pre-verifier's work per token).
 `model_key`/`processor_name` say where a measurement was taken: the key of every cached probe.
@@ -16,6 +17,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -23,32 +25,39 @@ from transformers import PreTrainedModel
 
 from .._hf_compat import CACHE_KWARG, crop_cache, new_cache
 
+T = TypeVar("T")
+
 
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (CUDA runs asynchronously: a clock read right after a call that ends
     without a host read would stop before the work does); nothing to wait for on a CPU. For timing a whole
-    call (the benchmark's `generate`); `timer` does this itself."""
+    call; `timed` does this itself."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
 
 
+def timed(call: Callable[[], T], device: torch.device | str | None = None) -> tuple[float, T]:
+    """(seconds, result) of one `call()`. On CUDA (a CUDA `device`) the device is synchronized before and after:
+    kernels launch asynchronously, so without it the time is that of launching them. Every timing in pacer_hf
+    (probes, calibration, benchmarks) goes through here."""
+    cuda = device is not None and torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    result = call()
+    if cuda:
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start, result
+
+
 def timer(step: Callable[[], object], cache=None, context: int = 0,
           device: torch.device | None = None) -> Callable[[], float]:
-    """A callable returning the seconds of one `step()`, with `cache` (if any) cropped back to `context` after each
-    call, so repeated calls time the same work and can be interleaved across models. On CUDA (a CUDA `device`)
-    the device is synchronized before and after the call: kernels launch asynchronously, so without it the time
-    is that of launching them."""
-    cuda = device is not None and torch.device(device).type == "cuda"
+    """A callable returning the seconds of one `step()` (`timed`, without gradients), with `cache` (if any) cropped
+    back to `context` after each call, so repeated calls time the same work and can be interleaved across models."""
 
     @torch.no_grad()
     def once() -> float:
-        if cuda:
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        step()
-        if cuda:
-            torch.cuda.synchronize(device)
-        elapsed = time.perf_counter() - start
+        elapsed, _ = timed(step, device)
         if cache is not None:
             crop_cache(cache, context)
         return elapsed

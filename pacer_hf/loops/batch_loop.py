@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,11 +111,12 @@ def _row_processors(processors: LogitsProcessorList, batch: int) -> list[LogitsP
 
 
 def batch_continues(probs: list[list[float]], open_rows: list[bool], block_size: int, max_tokens: int,
-                    seconds) -> bool:
+                    seconds: list[float] | Callable[[int], float]) -> bool:
     """Pacer's expected-gain rule for a padded batch (`pacer_batch_stop="batch"`): the single-row rule generalised
-    to rows drafting together (`modeling_pacer.rows_continue`), `seconds(n)` the time of a round of n drafted
-    tokens."""
-    return rows_continue(probs, open_rows, block_size, max_tokens, seconds)
+    to rows drafting together (`modeling_pacer.rows_continue`), `seconds[n]` the time of a round of n drafted
+    tokens, n = 0..max_tokens (a table, or a function that fills one: the rule reads numbers and calls nothing back)."""
+    table = [seconds(n) for n in range(max_tokens + 1)] if callable(seconds) else list(seconds)
+    return rows_continue(probs, open_rows, block_size, max_tokens, table.__getitem__)
 
 
 class _Stopper:
@@ -152,10 +154,10 @@ class _Stopper:
         probs = [p[: len(d)] for p, d in zip(probs, drafted)]  # a row that stopped: its filler is not a draft
         clock, rows, block = self.clock, len(drafted), self.block_size
 
-        def seconds(n: int) -> float:
-            return n * clock.draft_step + -(-n // block) * clock.preverifier_call + clock.verify_seconds(rows * (n + 1))
-
-        return batch_continues(probs, drafting, block, self.preverifier.config.max_draft_tokens, seconds)
+        max_tokens = self.preverifier.config.max_draft_tokens
+        seconds = [n * clock.draft_step + -(-n // block) * clock.preverifier_call + clock.verify_seconds(rows * (n + 1))
+                   for n in range(max_tokens + 1)]
+        return batch_continues(probs, drafting, block, max_tokens, seconds)
 
 
 def _draft_round(plan: BatchPlan, draft_cache: RowCache, rows: list[_Row], budgets: list[int],

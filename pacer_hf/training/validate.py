@@ -9,12 +9,13 @@ checks each greedy output against plain decoding, and returns tokens/s and speed
 from __future__ import annotations
 
 import statistics
-import time
+from functools import partial
 from typing import Any
 
 import torch
 from transformers import PreTrainedModel
 
+from ..costs import timed
 from ..generation import EnabledState, disable, enable, last_stats
 
 
@@ -40,11 +41,11 @@ def compare_in_generate(target: PreTrainedModel, draft: PreTrainedModel, prompts
             for ids in prompts:
                 inputs, expected = torch.tensor([ids], device=target.device), None
                 for name, pacer in settings.items():
-                    start = time.perf_counter()
-                    out = target.generate(inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                          assistant_model=draft if pacer is not None else None, pacer=pacer,
-                                          **generate_kwargs)
-                    seconds[name] += time.perf_counter() - start
+                    elapsed, out = timed(partial(
+                        target.generate, inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                        assistant_model=draft if pacer is not None else None, pacer=pacer, **generate_kwargs),
+                        target.device)
+                    seconds[name] += elapsed
                     tokens[name] += out.shape[1] - inputs.shape[1]
                     stats = last_stats(target) if pacer is not None else None
                     recorded[name].append((stats.mean_draft_len, stats.tau, stats.alpha) if stats else (0.0, 1.0, 0.0))

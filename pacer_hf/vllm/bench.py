@@ -19,9 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
-from ..costs import cpu_name
+from ..costs import cpu_name, timed
 from .environment import check_environment
 from .proposer import STATS_ENV
 
@@ -127,14 +128,13 @@ def worker(spec: dict) -> dict:
         order = methods[run % len(methods):] + methods[: run % len(methods)]
         for i, prompt in enumerate(prompts):
             for method in order:
-                t = time.perf_counter()
-                out = engines[method].generate([prompt], params, use_tqdm=False)[0]
-                results[method]["alone_seconds"][i].append(time.perf_counter() - t)
+                seconds, outs = timed(partial(engines[method].generate, [prompt], params, use_tqdm=False))
+                out = outs[0]
+                results[method]["alone_seconds"][i].append(seconds)
                 results[method]["outputs"][i] = list(out.outputs[0].token_ids)
         for method in order:
-            t = time.perf_counter()
-            outs = engines[method].generate(prompts, params, use_tqdm=False)
-            results[method]["batch_seconds"].append(time.perf_counter() - t)
+            seconds, outs = timed(partial(engines[method].generate, prompts, params, use_tqdm=False))
+            results[method]["batch_seconds"].append(seconds)
             results[method]["batch_outputs"] = [list(o.outputs[0].token_ids) for o in outs]
     for method, llm in engines.items():
         results[method]["spec_metrics"] = {m.name: m.value for m in llm.get_metrics()
