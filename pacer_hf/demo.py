@@ -63,13 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, prompts: int = 3,
              max_new_tokens: int = 64, repeats: int = 3, gammas: tuple[int, ...] = DEMO_GAMMAS, progress: bool = False,
-             chat: bool = False):
+             chat: bool = False, call_hook=None):
     """Greedy generation from `prompts` HumanEval prompts (as chat requests with `chat`) with plain decoding,
     Pacer (when a pre-verifier is given), fixed-length SD at each of `gammas` and HF's stock dynamic drafts: the
     benchmark harness's
     loop (interleaved, warm-up excluded, outputs checked identical to plain decoding in every run), at demo
     size. Without a draft: prompt lookup (LOOKUP_STRATEGIES) on LOOKUP_CATEGORY chat requests.
-    Returns the harness's BenchResult."""
+    `call_hook(strategy, call)` sees every timed call. Returns the harness's BenchResult."""
     from .bench.runner import BenchConfig, run_benchmark
     from .data.prompts import build_prompts
 
@@ -80,16 +80,18 @@ def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, pro
     names = LOOKUP_STRATEGIES if draft is None else DEMO_STRATEGIES
     strategies = [expanded for name in names if preverifier is not None or name != "pacer"
                   for expanded in ([f"sd-fixed-{g}" for g in gammas] if name == "sd-fixed" else [name])]
+    # one cost repeat: the demo prints measured speed only (the cost model feeds the benchmark's modelled columns)
     config = BenchConfig(strategies=strategies, categories=[category], temperatures=(0.0,), prompts_per_category=prompts,
                          runs=repeats, max_new_tokens=max_new_tokens, threads=torch.get_num_threads(),
-                         cost_repeats=3)
+                         cost_repeats=1)
     if chat:
         from .data.chat_prompts import chat_prompts
 
         prompt_sets = {category: chat_prompts(tokenizer, category, "bench", n=prompts)}
     else:
         prompt_sets, _ = build_prompts([category], encode, prompts, config.prompt_tokens)
-    return run_benchmark(target, draft, prompt_sets, config, preverifier=preverifier, progress=progress)
+    return run_benchmark(target, draft, prompt_sets, config, preverifier=preverifier, progress=progress,
+                         call_hook=call_hook)
 
 
 def format_summary(records: list[dict]) -> str:
@@ -155,9 +157,16 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"error: --gammas {args.gammas!r}: give draft lengths >= 1, comma-separated (e.g. 3,5,7)")
         return 2
-    result = run_demo(target, draft, tokenizer, preverifier, args.prompts, args.max_new_tokens, args.repeats,
-                      gammas, progress=True, chat=chat)
     lookup = draft is None
+    shown = "pacer-lookup" if lookup else "pacer" if preverifier is not None else f"sd-fixed-{gammas[0]}"
+    examples: dict[str, list[int]] = {}  # a chat pair's example: the first request's answer from its first timed call
+
+    def keep_example(strategy, call) -> None:
+        if strategy.name == shown:
+            examples.setdefault(shown, call.output)
+
+    result = run_demo(target, draft, tokenizer, preverifier, args.prompts, args.max_new_tokens, args.repeats,
+                      gammas, progress=True, chat=chat, call_hook=keep_example)
     kind = "code-edit chat requests" if lookup else "HumanEval chat requests" if chat else "HumanEval prompts"
     print(f"{args.prompts} {kind} x {args.max_new_tokens} new tokens, greedy, median of {args.repeats} "
           f"interleaved runs, {torch.get_num_threads()} torch threads ({time.perf_counter() - start:.0f} s)")
@@ -166,25 +175,20 @@ def run(args: argparse.Namespace) -> int:
     if verdict:
         print(verdict)
     print("all outputs identical to plain greedy decoding")
-    if chat:
-        from .data.chat_prompts import chat_prompts
-
-        ids = torch.tensor([chat_prompts(tokenizer, LOOKUP_CATEGORY if lookup else "chat-humaneval", "bench", n=1)[0].ids])
+    if lookup:
+        used = "True, prompt_lookup_num_tokens=10"
+    else:
+        used = "the pre-verifier" if preverifier is not None else shown
+    if chat:  # the first benchmarked request's answer, from its timed call
+        out = torch.tensor([examples[shown]])
     else:  # the embedded target writes stdlib-style code: continue a held-out stdlib file
         example = build_prompts(["stdlib-continuation"], lambda t: tokenizer(t, add_special_tokens=False)["input_ids"],
                                 1, 128)[0]["stdlib-continuation"][0]
-        ids = torch.tensor([list(example.ids)])
-    if lookup:  # the lookup gate load_pair attached to the target
-        out = target.generate(ids, prompt_lookup_num_tokens=10, pacer=True, do_sample=False,
+        pacer = preverifier if preverifier is not None else shown
+        out = target.generate(torch.tensor([list(example.ids)]), assistant_model=draft, pacer=pacer, do_sample=False,
                               max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
-        used = "True, prompt_lookup_num_tokens=10"
-    else:
-        pacer = preverifier if preverifier is not None else f"sd-fixed-{gammas[0]}"
-        out = target.generate(ids, assistant_model=draft, pacer=pacer, do_sample=False,
-                              max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
-        used = pacer if isinstance(pacer, str) else "the pre-verifier"
-    shown = kind[:-1] if chat else "held-out standard-library file's last 128 tokens"
-    print(f"\nexample (a {shown}, then the target's greedy completion, generated with pacer={used}):\n" + "-" * 60)
+    described = kind[:-1] if chat else "held-out standard-library file's last 128 tokens"
+    print(f"\nexample (a {described}, then the target's greedy completion, generated with pacer={used}):\n" + "-" * 60)
     print(tokenizer.decode(out[0], skip_special_tokens=not chat))
     if args.pair == "stdlib":
         print("-" * 60 + "\nThe embedded pair is small and writes standard-library-style Python; for a real model's "
