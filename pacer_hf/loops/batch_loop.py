@@ -20,6 +20,7 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from transformers.generation import GenerateDecoderOnlyOutput
 
 from .._hf_compat import CACHE_KWARG, eos_ids, eos_tensor
 from ..costs import BatchClock as _Clock  # a module global: tests swap in fixed costs
+from ..costs import timed
 from ..modeling_pacer import PacerPreVerifier, rows_continue
 from ..stats import PacerStats
 from .batch_cache import RowCache, draft_row_cache
@@ -207,9 +209,9 @@ def _draft_round(plan: BatchPlan, draft_cache: RowCache, rows: list[_Row], budge
             break
         step_positions = [rows[b].length + len(drafted[b]) - 1 if drafting[b] else -1 for b in range(len(rows))]
         positions = torch.tensor(step_positions, device=device)[:, None]
-        start = time.perf_counter()
-        logits, hidden = draft_cache.forward(chosen[:, None].to(device), positions, 1, hidden=True)
-        clock.draft_step = clock.average(clock.draft_step, time.perf_counter() - start)
+        seconds, (logits, hidden) = timed(partial(draft_cache.forward, chosen[:, None].to(device), positions, 1,
+                                                  hidden=True), device)
+        clock.draft_step = clock.average(clock.draft_step, seconds)
         forwards += 1
     plan.stats.draft_forwards += forwards
     # a trimmed block was fed to the draft but is not proposed: drop it (pool tokens may take its positions)
@@ -262,10 +264,10 @@ def batched_assisted_decoding(
         blocks = [row.ids[row.pad + h:] + d for row, h, d in zip(active, held, drafted)]
         tokens, positions, last = target_cache.lay_out(blocks, held, device)
         width = max(len(d) for d in drafted) + 1
-        start = time.perf_counter()
-        logits = target_cache.forward(tokens, positions, width, last=last).to(torch.float32)
+        seconds, logits = timed(partial(target_cache.forward, tokens, positions, width, last=last), device)
+        logits = logits.to(torch.float32)
         if stats.target_forwards > 0:  # the first round also reads the prompts
-            clock.verify(len(active) * width, time.perf_counter() - start)
+            clock.verify(len(active) * width, seconds)
         stats.target_forwards += 1
         finished = [b for b, row in enumerate(active)
                     if _settle(row, drafted[b], from_draft[b], qs[b], logits[b, width - len(drafted[b]) - 1:],
