@@ -14,13 +14,14 @@ import argparse
 import json
 import platform
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from ..costs import CostModel, timer
+from ..costs import CostModel, timed
 from ..generation import EnabledState, disable, enable, last_stats
 from ..loops.probes import measure_costs
 from ..modeling_pacer import PacerPreVerifier
@@ -54,30 +55,30 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
     vocab = target.get_output_embeddings().out_features
     prompt = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0)).to(target.device)
 
-    def timed(tokens: int = new_tokens, **kwargs) -> tuple[float, object]:  # costs.timer: the one timing loop
-        seconds = timer(lambda: target.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
-                                                **kwargs), device=target.device)()
+    def run(tokens: int = new_tokens, **kwargs) -> tuple[float, object]:  # one timed generate: (seconds, its stats)
+        seconds, _ = timed(partial(target.generate, prompt, max_new_tokens=tokens, min_new_tokens=tokens,
+                                   do_sample=False, **kwargs), target.device)
         return seconds, last_stats(target)
 
     def per_call(**kwargs) -> float:  # call setup + prefill: a one-token call drafts nothing
-        return min(timed(1, **kwargs)[0] for _ in range(repeats + 1))
+        return min(run(1, **kwargs)[0] for _ in range(repeats + 1))
 
     def after_setup_and_verify(seconds: float, stats) -> float:  # the first round's verify is in the setup
         return seconds - setup - costs.verify(np.asarray(stats.draft_lengths[1:])).sum() * step_seconds
 
     try:
-        timed(assistant_model=draft, pacer=f"sd-fixed-{gammas[0]}")  # warm-up
+        run(assistant_model=draft, pacer=f"sd-fixed-{gammas[0]}")  # warm-up
         setup = per_call(assistant_model=draft, pacer="sd-fixed-1")
         rows, rest, per_round = [], [], {gamma: [] for gamma in gammas}
         for _ in range(repeats):
             for gamma in gammas:
-                seconds, stats = timed(assistant_model=draft, pacer=f"sd-fixed-{gamma}")
+                seconds, stats = run(assistant_model=draft, pacer=f"sd-fixed-{gamma}")
                 rows.append([stats.draft_forwards, stats.target_forwards - 1])
                 rest.append(after_setup_and_verify(seconds, stats))
                 per_round[gamma].append((seconds - setup) / max(stats.target_forwards - 1, 1))
         (draft_s, round_s), *_ = np.linalg.lstsq(np.asarray(rows, float), np.asarray(rest), rcond=None)
         ar_setup = per_call()
-        ar = (min(timed()[0] for _ in range(repeats)) - ar_setup) / (new_tokens - 1)
+        ar = (min(run()[0] for _ in range(repeats)) - ar_setup) / (new_tokens - 1)
         refined = CostModel(draft_cost=max(draft_s, 0.0) / step_seconds, verify_cost=costs.verify_cost,
                             preverifier_cost=costs.preverifier_cost, round_overhead=max(round_s, 0.0) / step_seconds,
                             ar_overhead=max(ar - step_seconds, 0.0) / step_seconds, step_seconds=step_seconds)
