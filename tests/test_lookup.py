@@ -291,6 +291,28 @@ def test_examples_label_the_accepted_prefix():
     assert examples["features"][..., 9].eq(0).all()  # greedy rows; GateExamples adds the sampling copies
 
 
+def test_cache_pass_trains_on_the_rounds_an_earlier_answer_matches(tmp_path):
+    """The examples' cache pass: an answer that repeats an earlier one (under another prompt) takes its matches
+    from the cache, with the cache's features (prompt text at the largest distance) and labels that the answer
+    accepts; only those rounds become training rows, and the plain pass is unchanged."""
+    rng = np.random.default_rng(0)
+    answer = [int(t) for t in rng.permutation(np.arange(100, 160))[:24]]  # no token repeats: no own match
+    records = [{"key": f"k{i}", "category": "c", "heldout": False, "prompt": [10 + i, 20 + i, 30 + i],
+                "response": answer} for i in range(2)]
+    examples = trainer.stage_examples(records, tmp_path, max_tokens=4, max_ngram=2, progress=False)
+    plain, first, second = examples["per_record"][0], examples["per_record"][2], examples["per_record"][3]
+    assert [r.get("cache", False) for r in examples["records"]] == [False, False, True, True]
+    assert not plain["from_cache"].any() and not first["from_cache"].any()  # nothing earlier to match
+    assert second["from_cache"][1:].all()  # every round after the first token continues the earlier answer
+    r = 5
+    assert second["available"][r] == 4 and second["accepted"][r] == 4
+    assert second["features"][r, 0, 4] == 1 and second["features"][r, 0, 5] == 1  # a cache match's encoding
+    rows = trainer.GateExamples(examples["per_record"])
+    assert len(rows) == 2 * int(second["train_rounds"].sum())  # greedy + sampling copies of the cache rounds only
+    assert trainer.stage_examples(records, tmp_path, max_tokens=4, max_ngram=2, progress=False,
+                                  with_cache=False)["records"] == examples["records"][:2]
+
+
 def test_trainer_pipeline_on_a_tiny_target(tmp_path):
     """Answers of a tiny model -> examples -> Trainer -> simulated speeds; the gate beats proposing nothing
     on answers that repeat their prompt."""

@@ -59,3 +59,48 @@ def test_bench_runs_the_proposer_with_and_without_its_cache():
     assert speculative_config("pacer-fresh") == speculative_config("pacer")
     assert additional_config("pacer-fresh") == {"pacer_hf": {"suffix_cache": False}}
     assert additional_config("pacer") == {}
+
+
+class _FakeLLM:
+    """Stands in for vllm.LLM in the benchmark's worker: answers every prompt with its first four tokens and
+    records which calls it served (a warm-up, requests alone, one-call batches)."""
+
+    served: list[tuple[str, int]] = []
+
+    def __init__(self, **kwargs):
+        self.method = (kwargs["speculative_config"] or {}).get("method", "none")
+
+    def generate(self, prompts, params, use_tqdm=False):
+        from types import SimpleNamespace
+
+        _FakeLLM.served.append((self.method, len(prompts)))
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=p["prompt_token_ids"][:4])]) for p in prompts]
+
+    def get_metrics(self):
+        return []
+
+
+@pytest.mark.parametrize("calls", [("alone",), ("batch",), ("alone", "batch")])
+def test_bench_worker_serves_the_calls_asked_for(calls, tmp_path, monkeypatch):
+    """--vllm-once runs the requests alone and the one-call batch on separate engines: the worker must serve
+    exactly the calls it is given, every prompt once per pass."""
+    import json
+    import sys
+    from types import SimpleNamespace
+
+    from pacer_hf.vllm.bench import worker
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=_FakeLLM, SamplingParams=lambda **kw: kw))
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    _FakeLLM.served = []
+    prompts = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12, 13, 14, 15]]
+    spec = {"methods": ["none", "ngram-3"], "model": str(tmp_path), "prompts": prompts, "runs": 1,
+            "stats": {"none": str(tmp_path / "a"), "ngram-3": str(tmp_path / "b")}, "max_new_tokens": 4,
+            "pacer_tokens": 10, "calls": list(calls)}
+    results = worker(spec)
+    timed_calls = _FakeLLM.served[2:]  # after one warm-up request per engine
+    assert sum(n == 1 for _, n in timed_calls) == (6 if "alone" in calls else 0)
+    assert sum(n == 3 for _, n in timed_calls) == (2 if "batch" in calls else 0)
+    for result in results.values():
+        assert len(result["batch_seconds"]) == (1 if "batch" in calls else 0)
+        assert result["outputs"] == ([p[:4] for p in prompts] if "alone" in calls else [[], [], []])

@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="vllm: vLLM without speculation, its ngram-3/ngram-5/suffix methods and pacer_hf.vllm's "
                       "proposer (--strategies picks among none,ngram-<k>,suffix,pacer), on --pair stdlib (default) "
                       "or smollm2; run it in the environment of `pip install 'pacer-hf[vllm]'` (docs/VLLM.md)")
+    pair.add_argument("--vllm-once", action="store_true", help="--engine vllm: every prompt once per engine (requests "
+                      "alone, then all prompts in one call on fresh engines), so caches of past requests hold only "
+                      "earlier prompts' outputs; --runs is ignored")
     pair.add_argument("--pacer-tokens", type=int, default=10, help="--engine vllm: num_speculative_tokens of the "
                       "proposer (the most it proposes per request and step; default 10)")
     what = parser.add_argument_group("what to run")

@@ -53,9 +53,10 @@ class SuffixMatch:
 
 def gate_features(match: SuffixMatch, text_length: int, prompt_length: int, confidence: float | None,
                   max_tokens: int, max_ngram: int, sampling: bool = False) -> np.ndarray:
-    """The gate's features (`modeling_lookup_gate.FEATURES`) of a match. A cache match reads as text from the
-    prompt at the largest distance the gate knows (in-prompt 1, distance 1): the shipped gates were trained
-    on single requests and have no feature for the cache, so it is scored like the most distant prompt text."""
+    """The gate's features (`modeling_lookup_gate.FEATURES`) of a match. A cache match reads as prompt text at
+    distance 1 (in-prompt 1, distance 1), a distance no request's own text reaches (4,096 tokens back): the gate
+    keeps its feature layout, and a gate trained with the lookup recipe's cache pass tells cached text apart
+    by it."""
     features = feature_rows(match.as_lookup_match(), text_length, prompt_length, confidence, max_tokens,
                             max_ngram, sampling)
     if match.source == CACHE:

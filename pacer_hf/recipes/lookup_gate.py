@@ -8,7 +8,11 @@ Reproducible and resumable; every stage writes under --work-dir:
              `find_lookup`/`lookup_features` that generation runs), and for each proposed token whether
              the target's answer continues with it (labels up to the first mismatch), and the target's
              T=1 probability of that token on the same path (from the answers' top-16 log-probabilities;
-             0 outside them);
+             0 outside them); a second pass runs the answers in order with a `SuffixCache` of the earlier
+             ones (as `generate(..., suffix_cache=)` and the vLLM proposer's cache hold earlier requests)
+             and keeps the rounds where the cache's match is the longer one, with the features
+             `candidates.suffix.gate_features` gives a cache match, so the gate learns what such a match
+             is worth;
   train      `transformers.Trainer` on both (binary cross-entropy per token, conditional on the tokens
              before it being accepted): greedy answers with greedy labels (`sampling` feature 0),
              sampled answers with T=1 probabilities (`sampling` feature 1); answers held out by the
@@ -30,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..candidates.suffix import SuffixCache, gate_features
 from ..configuration_lookup_gate import NUM_LOOKUP_FEATURES, PacerLookupGateConfig
 from ..modeling_lookup_gate import PacerLookupGate, find_lookup, lookup_features
 from .lookup_gate_sim import measure_round_cost, speed_table
@@ -37,7 +42,7 @@ from .lookup_gate_sim import policy_lengths as policy_lengths  # re-exported wit
 from .lookup_gate_sim import simulate as simulate
 
 EXAMPLES = "lookup_examples.pt"
-EXAMPLES_FORMAT = 2  # bump when record_examples changes: cached examples of another format are rebuilt
+EXAMPLES_FORMAT = 3  # bump when record_examples changes: cached examples of another format are rebuilt
 SAMPLING_FEATURE = 9  # index of FEATURES' "sampling"
 TRAINED = "lookup_gate_trained"
 COSTS = "lookup_costs.json"
@@ -46,10 +51,11 @@ COSTS = "lookup_costs.json"
 # -- examples ------------------------------------------------------------------------------------------------
 
 
-def record_examples(record: dict, max_tokens: int, max_ngram: int) -> dict:
+def record_examples(record: dict, max_tokens: int, max_ngram: int, cache: SuffixCache | None = None) -> dict:
     """Every round start of one answer: features (rounds, max_tokens, F), greedy labels, T=1 acceptance
     probabilities (`sampled_labels`), the label mask, the number of proposed tokens the greedy answer
-    accepts (`accepted`) and the number available (`available`)."""
+    accepts (`accepted`) and the number available (`available`). With `cache` (earlier answers), a round
+    takes the cache's match where it is longer than the answer's own, as generation does (`from_cache`)."""
     prompt, response = record["prompt"], record["response"]
     ids = torch.tensor(prompt + response)
     top_logp, top_ids = record.get("top_logp"), record.get("top_ids")
@@ -60,48 +66,76 @@ def record_examples(record: dict, max_tokens: int, max_ngram: int) -> dict:
     mask = torch.zeros(rounds, max_tokens)
     accepted = np.zeros(rounds, dtype=np.int64)
     available = np.zeros(rounds, dtype=np.int64)
+    from_cache = np.zeros(rounds, dtype=bool)
     for r in range(rounds):
         t = len(prompt) + r
         match = find_lookup(ids[:t], max_tokens, max_ngram)
-        if match is None:
-            continue
         confidence = math.exp(top_logp[r - 1][0]) if r > 0 and top_logp else None
-        k = match.tokens.shape[0]
-        features[r, :k] = lookup_features(match, t, len(prompt), confidence, max_tokens, max_ngram)
+        cached = cache.find(ids[:t].numpy(), max_tokens, max_ngram) if cache is not None else None
+        if cached is not None and (match is None or cached.match_length > match.match_length):
+            tokens = torch.from_numpy(cached.tokens)
+            rows = torch.from_numpy(gate_features(cached, t, len(prompt), confidence, max_tokens, max_ngram))
+            from_cache[r] = True
+        elif match is not None:
+            tokens = match.tokens
+            rows = lookup_features(match, t, len(prompt), confidence, max_tokens, max_ngram)
+        else:
+            continue
+        k = tokens.shape[0]
+        features[r, :k] = rows
         truth = ids[t : t + k]
-        kept = (match.tokens[: truth.shape[0]] == truth).int().cumprod(0)  # 1 while the answer follows it
+        kept = (tokens[: truth.shape[0]] == truth).int().cumprod(0)  # 1 while the answer follows it
         a = int(kept.sum())
         labels[r, : truth.shape[0]] = kept.float()
         mask[r, : min(a + 1, truth.shape[0])] = 1  # up to and including the first mismatch; unknown past the answer
         if top_ids:  # on the greedy path up to the first mismatch the target's distribution is known
             for j in range(min(a + 1, truth.shape[0])):
                 ids_j, logp_j = top_ids[r + j], top_logp[r + j]
-                token = int(match.tokens[j])
+                token = int(tokens[j])
                 sampled[r, j] = math.exp(logp_j[ids_j.index(token)]) if token in ids_j else 0.0
         accepted[r], available[r] = a, k
     return {"features": features, "labels": labels, "sampled_labels": sampled, "label_mask": mask,
-            "accepted": accepted, "available": available}
+            "accepted": accepted, "available": available, "from_cache": from_cache}
 
 
-def stage_examples(records: list[dict], work: Path, max_tokens: int, max_ngram: int, progress: bool = True) -> dict:
-    """Examples of all records (cached in work/lookup_examples.pt for these settings)."""
+def cache_pass(records: list[dict], max_tokens: int, max_ngram: int, progress: bool = True) -> list[dict]:
+    """The answers in order, each with a cache of the earlier ones of its kind (greedy or sampled, so a sampled
+    answer never sees the greedy answer to its own prompt): examples whose training rounds are those where
+    the cache gave the match (`train_rounds`)."""
+    from tqdm.auto import tqdm
+
+    caches = {False: SuffixCache(), True: SuffixCache()}
+    out = []
+    for record in tqdm(records, desc="lookup examples with a cache", unit="answer", disable=not progress):
+        cache = caches[bool(record.get("sampled"))]
+        entry = record_examples(record, max_tokens, max_ngram, cache)
+        entry["train_rounds"] = entry["from_cache"] & (entry["available"] > 0)
+        out.append(entry)
+        cache.add(record["prompt"] + record["response"])
+    return out
+
+
+def stage_examples(records: list[dict], work: Path, max_tokens: int, max_ngram: int, progress: bool = True,
+                   with_cache: bool = True) -> dict:
+    """Examples of all records and, `with_cache`, of the cache pass (records marked "cache"); cached in
+    work/lookup_examples.pt for these settings."""
     from tqdm.auto import tqdm
 
     path = work / EXAMPLES
     settings = {"format": EXAMPLES_FORMAT, "max_tokens": max_tokens, "max_ngram": max_ngram,
-                "records": [r["key"] for r in records]}
+                "records": [r["key"] for r in records], "with_cache": with_cache}
     if path.is_file():
         cached = torch.load(path, weights_only=False)
         if cached["settings"] == settings:
             return cached
     per_record = [record_examples(r, max_tokens, max_ngram)
                   for r in tqdm(records, desc="lookup examples", unit="answer", disable=not progress)]
-    examples = {
-        "settings": settings,
-        "records": [{"key": r["key"], "category": r["category"], "heldout": r["heldout"],
-                     "sampled": r.get("sampled", False)} for r in records],
-        "per_record": per_record,
-    }
+    kept = [{"key": r["key"], "category": r["category"], "heldout": r["heldout"], "sampled": r.get("sampled", False)}
+            for r in records]
+    if with_cache:
+        per_record += cache_pass(records, max_tokens, max_ngram, progress)
+        kept += [{**r, "key": "cache:" + r["key"], "cache": True} for r in kept]
+    examples = {"settings": settings, "records": kept, "per_record": per_record}
     torch.save(examples, path)
     return examples
 
@@ -158,7 +192,7 @@ class GateExamples(torch.utils.data.Dataset):
     def _rows(entries: list[dict], labels: str, sampling: float) -> tuple[torch.Tensor, ...]:
         if not entries:
             return torch.zeros(0, 0, NUM_LOOKUP_FEATURES), torch.zeros(0, 0), torch.zeros(0, 0)
-        keep = torch.cat([torch.as_tensor(e["available"] > 0) for e in entries])
+        keep = torch.cat([torch.as_tensor(e.get("train_rounds", e["available"] > 0)) for e in entries])
         features = torch.cat([e["features"] for e in entries])[keep]
         features[..., SAMPLING_FEATURE] = sampling
         return (features, torch.cat([e[labels] for e in entries])[keep],
@@ -304,9 +338,10 @@ def run(args) -> int:
                        vocab_size=vocab, **options)
     if args.stage == "train":
         return 0
-    tables, left_out = {}, {}
+    tables, left_out, with_cache = {}, {}, {}
     for name in names:
         tables[name] = speed_table(gate, examples[name], costs[name]["round_cost"], args.max_tokens)
+        with_cache[name] = speed_table(gate, examples[name], costs[name]["round_cost"], args.max_tokens, cache=True)
         if several:  # the gate trained without this target's answers, on this target's held-out answers
             others = merge([examples[n] for n in names if n != name])
             alone = stage_train(others, work, target_name="without " + name, vocab_size=None,
@@ -316,6 +351,9 @@ def run(args) -> int:
             print(f"{name:8s} {category:20s} " + " ".join(f"{k}={v}" for k, v in row.items()))
             if several:
                 print(f"{'':8s} {'(target left out)':20s} gate={left_out[name][category]['gate']}")
+            cached = with_cache[name].get(category)
+            if cached:
+                print(f"{'':8s} {'(with a cache)':20s} " + " ".join(f"{k}={v}" for k, v in cached.items()))
     gate.config.decision_rule = "expected_gain"
     gate.config.round_cost = None if several else costs[names[0]]["round_cost"]
     all_records = [r for n in names for r in examples[n]["records"]]
@@ -329,6 +367,7 @@ def run(args) -> int:
         "answers": {n: {"greedy": sum(not r.get("sampled") for r in answers[n]),
                         "sampled": sum(bool(r.get("sampled")) for r in answers[n]), "tokens": tokens[n]} for n in names},
         "costs": costs, "simulated_speed": tables, "simulated_speed_target_left_out": left_out or None,
+        "simulated_speed_with_cache": with_cache,
         "command": {k: v for k, v in vars(args).items()
                     if not k.startswith("_") and k not in ("command", "stage", "out", "cache_dir", "work_dir")},
         "built": time.strftime("%Y-%m-%d"),

@@ -29,6 +29,16 @@ def write_card(path: Path, config: PacerLookupGateConfig, target_names: dict[str
     speeds = "\n\n".join(f"**{target_names[n]}**\n\n" + _speed_rows(info["simulated_speed"][n],
                                                                  (info.get("simulated_speed_target_left_out") or {}).get(n))
                          for n in names)
+    cached = info.get("simulated_speed_with_cache") or {}
+    if any(cached.values()):
+        speeds += ("\n\n### With a cache of earlier answers\nThe same held-out answers run in order with a "
+                   "`SuffixCache` of all earlier answers of that target (train and held-out, never the answer "
+                   "itself), as `generate(..., suffix_cache=)` runs a dataset:\n\n"
+                   + "\n\n".join(f"**{target_names[n]}**\n\n" + _speed_rows(cached[n], None) for n in names if cached.get(n)))
+    cache_pass = ("" if "simulated_speed_with_cache" not in info else
+                  " A second pass runs the answers in order with a cache of the earlier ones\n  and adds the rounds "
+                  "where the cache's match is longer than the answer's own, with the features a cache match\n  gets "
+                  "(`candidates.suffix.gate_features`: prompt text at distance 1, which no single request reaches).")
     title = "Default lookup gate (any causal LM)" if several else f"Lookup gate for {target_names[names[0]]}"
     use = ("out = model.generate(ids, prompt_lookup_num_tokens=10, pacer=True)  # any enabled model: this gate "
            "by default" if several else
@@ -59,7 +69,7 @@ call's own rounds; `last_stats(model).costs` says which).{"" if several else " T
 - Every answer position with a lookup match is a round: in greedy answers labelled with whether the answer
   continues with each lookup token (feature `sampling` = 0), in sampled answers with the target's T=1
   probability of it (`sampling` = 1): {info['train_rounds']} training rows, {info['eval_rounds']} held out;
-  held-out loss {info['eval_loss']}. `transformers.Trainer`, {info['epochs']} epochs, lr {info['lr']}.
+  held-out loss {info['eval_loss']}.{cache_pass} `transformers.Trainer`, {info['epochs']} epochs, lr {info['lr']}.
 - Round costs of the training machine used for the simulations below (relative to one token):
 {costs}
 - Command: `pacer-hf train-lookup-gate --work-dir W {command}`

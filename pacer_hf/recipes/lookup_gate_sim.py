@@ -45,11 +45,15 @@ def policy_lengths(gate: PacerLookupGate, entry: dict, cost: list[float] | None,
     return out
 
 
-def speed_table(gate: PacerLookupGate, examples: dict, cost: list[float], max_tokens: int) -> dict:
-    """Simulated speed over plain decoding on the held-out answers, per category and policy (mean over answers)."""
+def speed_table(gate: PacerLookupGate, examples: dict, cost: list[float], max_tokens: int,
+                cache: bool = False) -> dict:
+    """Simulated speed over plain decoding on the held-out answers, per category and policy (mean over answers);
+    `cache`: the answers as run with a cache of the earlier ones (the examples' cache pass)."""
     table: dict[str, dict[str, list[float]]] = {}
     for entry, record in zip(examples["per_record"], examples["records"]):
         if not record["heldout"] or record.get("sampled") or len(entry["accepted"]) < 2:
+            continue
+        if bool(record.get("cache")) != cache:
             continue
         acc, avail = entry["accepted"], entry["available"]
         row = table.setdefault(record["category"], {})

@@ -2,7 +2,9 @@
 
 One engine per method (same settings), all started by one fresh process: a warm-up request each, then
 `--runs` passes, each visiting every prompt alone with every method in turn, then all prompts in one call
-per method, so the machine's drifts fall on all methods alike. Per category: tokens per second of
+per method, so the machine's drifts fall on all methods alike. With `--vllm-once` every prompt is answered
+once per engine: one pass of requests alone, then the one-call batch on engines started afresh, so a method's
+cache of past requests holds only earlier prompts' outputs, never the same prompt's own answer. Per category: tokens per second of
 the requests alone (generated tokens / their wall-clock seconds, median over runs per request); for the
 one-call batch: all generated tokens / its seconds. Outputs are compared with vLLM without speculation,
 request by request. Writes vllm_results.json and vllm_results.md under --out.
@@ -124,30 +126,31 @@ def worker(spec: dict) -> dict:
         results[method] = {"method": method, "config": config, "load_seconds": time.perf_counter() - started,
                            "alone_seconds": [[] for _ in prompts], "outputs": [[] for _ in prompts],
                            "batch_seconds": [], "batch_outputs": []}
+    calls = spec.get("calls", ("alone", "batch"))
     for run in range(spec["runs"]):
         order = methods[run % len(methods):] + methods[: run % len(methods)]
-        for i, prompt in enumerate(prompts):
+        for i, prompt in enumerate(prompts if "alone" in calls else ()):
             for method in order:
                 seconds, outs = timed(partial(engines[method].generate, [prompt], params, use_tqdm=False))
                 out = outs[0]
                 results[method]["alone_seconds"][i].append(seconds)
                 results[method]["outputs"][i] = list(out.outputs[0].token_ids)
-        for method in order:
+        for method in order if "batch" in calls else ():
             seconds, outs = timed(partial(engines[method].generate, prompts, params, use_tqdm=False))
             results[method]["batch_seconds"].append(seconds)
             results[method]["batch_outputs"] = [list(o.outputs[0].token_ids) for o in outs]
-    for method, llm in engines.items():
-        results[method]["spec_metrics"] = {m.name: m.value for m in llm.get_metrics()
-                                           if m.name.startswith("vllm:spec_decode") and hasattr(m, "value")}
+    # no vLLM get_metrics() here: it reads one registry per process, the same for every engine; the proposer's own
+    # counters come from its stats file
     return results
 
 
-def run_engines(methods: list[str], model: Path, prompts: list[list[int]], args, work: Path) -> dict:
+def run_engines(methods: list[str], model: Path, prompts: list[list[int]], args, work: Path,
+                calls: tuple[str, ...] = ("alone", "batch")) -> dict:
     """`worker` in a fresh Python process (the engines shut down with it); each method's proposer counters are
-    read from the stats file its proposer wrote."""
+    read from the stats file its proposer wrote. `calls` picks the requests alone, the one-call batch or both."""
     stats = {method: str(work / f"{method.replace(':', '_')}.stats.json") for method in methods}
     spec = {"methods": methods, "model": str(model), "prompts": prompts, "runs": args.runs, "stats": stats,
-            "max_new_tokens": args.max_new_tokens, "pacer_tokens": args.pacer_tokens}
+            "max_new_tokens": args.max_new_tokens, "pacer_tokens": args.pacer_tokens, "calls": list(calls)}
     spec_file, result_file = work / "spec.json", work / "results.json"
     spec_file.write_text(json.dumps(spec))
     env = dict(os.environ)
@@ -195,7 +198,9 @@ def markdown(summary: dict, results: dict[str, dict], meta: dict) -> str:
     categories = list(summary["alone"]["none"])
     lines = [f"# vLLM: {meta['model_name']}", "", f"Command: `{meta['command']}`", "",
              f"Machine: {meta['machine']}; vLLM {meta['vllm']}, transformers {meta['transformers']}, "
-             f"{meta['prompts']} prompts, {meta['max_new_tokens']} new tokens, greedy, {meta['runs']} runs.", "",
+             f"{meta['prompts']} prompts, {meta['max_new_tokens']} new tokens, greedy, "
+             + ("each prompt once per engine (the one-call batch on fresh engines)." if meta.get("once")
+                else f"{meta['runs']} runs."), "",
              "Each request alone, tokens/s (× vLLM without speculation):", "",
              "| category | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
     for c in categories:
@@ -249,7 +254,7 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
     if (out / "vllm_results.json").exists() and not args.overwrite:
         raise FileExistsError(f"{out}/vllm_results.json exists: pass --overwrite or another --out.")
     args.prompts = args.prompts or 2
-    args.runs = args.runs or 2
+    args.runs = 1 if args.vllm_once else (args.runs or 2)
     args.max_new_tokens = args.max_new_tokens or 64
     model, by_category = load_prompts(args)
     prompts, categories = [], {}
@@ -261,7 +266,16 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
         print(f"[vllm] {', '.join(methods)}: one engine each, {len(prompts)} prompts x {args.runs} runs, interleaved ...",
               file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as work:
-        results = run_engines(methods, model, prompts, args, Path(work))
+        if args.vllm_once:  # each prompt once per engine: alone, then the batch on fresh engines (empty caches)
+            args.runs = 1
+            results = run_engines(methods, model, prompts, args, Path(work), calls=("alone",))
+            (Path(work) / "batch").mkdir()
+            batch = run_engines(methods, model, prompts, args, Path(work) / "batch", calls=("batch",))
+            for method, result in batch.items():
+                results[method].update(batch_seconds=result["batch_seconds"], batch_outputs=result["batch_outputs"],
+                                       batch_proposer_stats=result.get("proposer_stats"))
+        else:
+            results = run_engines(methods, model, prompts, args, Path(work))
     if not args.no_progress:
         print(f"[vllm] done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     summary = summarize(results, categories)
@@ -270,7 +284,8 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
 
     meta = {"command": shlex.join(["pacer-hf", *sys.argv[1:]]) if "bench" in sys.argv else "pacer-hf bench --engine vllm",
             "model": str(model), "model_name": args.pair or model.name, "machine": f"{cpu_name()}, {os.cpu_count()} CPUs", "vllm": vllm.__version__, "transformers": transformers.__version__,
-            "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "runs": args.runs, "categories": categories}
+            "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "runs": args.runs, "categories": categories,
+            "once": bool(args.vllm_once)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "vllm_results.json").write_text(json.dumps({"meta": meta, "summary": summary, "results": results}, indent=1))
     text = markdown(summary, results, meta)

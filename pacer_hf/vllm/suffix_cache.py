@@ -47,6 +47,14 @@ class ProposerCache:
         self.cache = SuffixCache(max_tokens=settings["max_tokens"], max_requests=settings["max_requests"])
         self.scorer = scorer
         self.rows_from_cache = 0
+        self.warm_up()
+
+    def warm_up(self) -> None:
+        """Compile (or load from numba's cache) the store's kernels now, not inside the first steps that use them."""
+        store = SuffixCache(max_tokens=16, max_requests=2)
+        store.add(np.array([1, 2, 3, 1, 2, 3], dtype=np.int64))
+        match = store.find(np.array([7, 1, 2], dtype=np.int64), 2)
+        self.scorer.accept_probabilities(gate_features(match, 3, 1, 0.5, 2, 3))
 
     def finished(self, texts: Iterable[np.ndarray]) -> None:
         for text in texts:
