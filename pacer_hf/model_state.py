@@ -14,6 +14,8 @@ Kept across `enable`/`disable`:
     preverifier           the greedy pre-verifier `attach` hung on a draft
     preverifier_sampling  the sampling pre-verifier `attach` hung on a draft
     lookup_gate           the lookup gate `attach` hung on a target
+    lookup_calibration    lookup gates' online recalibration to this target's acceptances (a WeakKeyDictionary:
+                          gate -> {False: greedy, True: sampling} -> OnlineCalibration; candidates/calibration.py)
     decode_step           the draft's compiled decode step (`compile_draft`)
     phrase_pools          Ouroboros' phrase pools on a target, one per draft (a WeakKeyDictionary)
     hub_loaded            what the Hub entry point loaded by id, kept between its calls
@@ -24,8 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 ENABLE = ("plain_generate", "transformers_call", "loaded", "added_config_entry")
-FIELDS = (*ENABLE, "last_stats", "preverifier", "preverifier_sampling", "lookup_gate", "decode_step", "phrase_pools",
-          "hub_loaded")
+FIELDS = (*ENABLE, "last_stats", "preverifier", "preverifier_sampling", "lookup_gate", "lookup_calibration",
+          "decode_step", "phrase_pools", "hub_loaded")
 
 
 def attribute(field: str) -> str:

@@ -93,6 +93,35 @@ def test_pacer_true_with_lookup_uses_the_attached_gate_and_proposes_nothing_when
         del target._pacer_lookup_gate
 
 
+def test_the_gate_is_recalibrated_to_the_target_across_calls(targets):
+    """generate keeps one map of the gate's log-odds to this target's acceptances per gate and mode, refines it
+    with every round's outcome and reads it in the next call: a map that says nothing is accepted stops every
+    proposal (outputs unchanged)."""
+    from pacer_hf.model_state import ModelState
+
+    target = targets["gpt2"]
+    gate = gated(target)
+    with torch.no_grad():
+        gate.mlp[-1].bias.fill_(30.0)  # as trained: every lookup token survives
+    expected = plain_greedy(target, REPEATING, max_new_tokens=16)
+    for _ in range(3):
+        out = target.generate(REPEATING, max_new_tokens=16, do_sample=False, prompt_lookup_num_tokens=5, pacer=gate)
+        assert torch.equal(out, expected)
+    stats = pacer_hf.last_stats(target)
+    assert sum(stats.lookup_lengths) > 0
+    maps = ModelState(target).lookup_calibration[gate]
+    assert set(maps) == {False} and maps[False].labels >= 3 * sum(a + 1 for a in stats.accepted if a < 5) // 3
+    maps[False].scale, maps[False].shift = 1.0, -80.0  # this target, it says, accepts nothing the gate proposes
+    out = target.generate(REPEATING, max_new_tokens=16, do_sample=False, prompt_lookup_num_tokens=5, pacer=gate)
+    stats = pacer_hf.last_stats(target)
+    assert torch.equal(out, expected) and stats.matches > 0 and sum(stats.lookup_lengths) == 0
+    other = gated(target)
+    with torch.no_grad():
+        other.mlp[-1].bias.fill_(30.0)
+    target.generate(REPEATING, max_new_tokens=16, do_sample=False, prompt_lookup_num_tokens=5, pacer=other)
+    assert sum(pacer_hf.last_stats(target).lookup_lengths) > 0  # another gate: a map of its own
+
+
 def test_pacer_none_leaves_hf_prompt_lookup_alone(targets):
     target = targets["qwen2"]
     out = target.generate(REPEATING, max_new_tokens=16, do_sample=False, prompt_lookup_num_tokens=4, pacer=None)

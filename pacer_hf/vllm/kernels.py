@@ -13,10 +13,10 @@ import math
 
 import numpy as np
 
+from ..candidates.calibration import MAX_LOGIT as MAX_CALIBRATED_LOGIT
 from ..configuration_lookup_gate import NUM_LOOKUP_FEATURES
 from ..loops.preverifier_kernel import compiled
 from ..modeling_lookup_gate import MAX_MATCH_LENGTH, MAX_OCCURRENCES, GateScorer
-from .calibration import MAX_LOGIT as MAX_CALIBRATED_LOGIT
 
 MAX_LOGIT = math.log((1 - 1e-6) / 1e-6)  # the gate's log-odds stop where its probabilities reach 1e-6 and 1 - 1e-6
 

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
+from weakref import WeakKeyDictionary
 
+from ...candidates.calibration import OnlineCalibration
 from ...candidates.suffix import SuffixSource
 from ...costs import lookup_costs
 from ...loops.candidate_generator import PacerCandidateGenerator
+from ...model_state import ModelState
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 from .generator import LookupCandidateGenerator, LookupStats
 
@@ -58,6 +61,17 @@ class LookupConfig(StrategyConfig):
         return "pacer-lookup" if self.use_preverifier else f"lookup-{self.num_tokens or DEFAULT_LOOKUP_TOKENS}"
 
 
+def gate_calibration(model, gate, sampling: bool) -> OnlineCalibration:
+    """`gate`'s map to `model`'s acceptances in this mode (greedy or sampling), kept on the model across calls
+    (per gate: a map fitted to one gate's log-odds says nothing of another's): each call starts where the last
+    one left it, and every lookup round refines it."""
+    state = ModelState(model)
+    maps = state.lookup_calibration
+    if maps is None:
+        maps = state.lookup_calibration = WeakKeyDictionary()
+    return maps.setdefault(gate, {}).setdefault(sampling, OnlineCalibration())
+
+
 def build(config: LookupConfig, context: StrategyContext) -> StrategyCall:
     stats = LookupStats(strategy=config.name)
     gate = context.lookup_gate if config.use_preverifier else None
@@ -80,8 +94,10 @@ def build(config: LookupConfig, context: StrategyContext) -> StrategyCall:
             costs = lookup_costs(context.model, num_tokens, context.costs, gate.config.round_cost)
             stats.use_costs(costs)
         source = SuffixSource(generation_config.max_length, max_ngram, context.suffix_cache)
+        calibration = gate_calibration(context.model, gate, bool(generation_config.do_sample)) if gate is not None else None
         return LookupCandidateGenerator(generation_config, num_tokens=num_tokens, max_ngram=max_ngram, gate=gate,
-                                        stats=stats, drafting=drafting, costs=costs, source=source)
+                                        stats=stats, drafting=drafting, costs=costs, source=source,
+                                        calibration=calibration)
 
     return StrategyCall(name=config.name, make=make, stats=stats)
 

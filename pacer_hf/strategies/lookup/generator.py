@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from transformers import GenerationConfig
 
 from ..._hf_compat import CandidateGenerator, eos_ids
+from ...candidates.calibration import OnlineCalibration
 from ...candidates.suffix import CACHE, SuffixSource, gate_features
 from ...costs import RoundClock, RoundCosts
 from ...loops.candidate_generator import PacerCandidateGenerator
@@ -43,7 +45,8 @@ class LookupCandidateGenerator(CandidateGenerator):
 
     def __init__(self, generation_config: GenerationConfig, *, num_tokens: int, max_ngram: int,
                  gate: PacerLookupGate | None, stats: LookupStats, drafting: PacerCandidateGenerator | None = None,
-                 costs: RoundCosts | None = None, source: SuffixSource | None = None):
+                 costs: RoundCosts | None = None, source: SuffixSource | None = None,
+                 calibration: OnlineCalibration | None = None):
         self.num_tokens = num_tokens
         self.source = source  # the request's suffix index (and a cache of earlier requests); None: find_lookup
         self.costs = costs  # what a round proposing k lookup tokens costs here; refined by every round
@@ -59,6 +62,8 @@ class LookupCandidateGenerator(CandidateGenerator):
         self.prompt_length: int | None = None
         self.confidence: float | None = None  # the target's probability of the last token it chose
         self.scorer = gate.scorer() if gate is not None else None
+        self.calibration = calibration  # the gate's map to this target's acceptances, refined by every round
+        self.proposed_logits: np.ndarray | None = None  # the gate's log-odds of the tokens in flight
 
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
@@ -97,9 +102,13 @@ class LookupCandidateGenerator(CandidateGenerator):
                 features = describe(match, ids.shape[0], self.prompt_length, self.confidence,
                                     self.gate.config.max_lookup_tokens, self.gate.config.max_ngram_size,
                                     self.sampling)
-                survival = self.scorer.survival(features)
+                p = np.clip(self.scorer.accept_probabilities(features).astype(np.float64), 1e-12, 1 - 1e-12)
+                logits = np.log(p) - np.log1p(-p)
+                if self.calibration is not None:
+                    p = self.calibration.apply(logits)
                 costs = self.costs.seconds() if self.costs is not None else None
-                tokens = tokens[: self.gate.choose_length(survival, costs)]
+                tokens = tokens[: self.gate.choose_length(np.cumprod(p).tolist(), costs)]
+                self.proposed_logits = logits[: len(tokens)]
             for i, token in enumerate(tokens):
                 if token in self.eos:  # nothing after EOS can be accepted
                     tokens = tokens[: i + 1]
@@ -115,6 +124,8 @@ class LookupCandidateGenerator(CandidateGenerator):
         else:
             self.clock.verdict()
             self.stats.accepted.append(int(num_matches))
+            if self.calibration is not None and self.stats.lookup_lengths[-1]:
+                self.calibration.update(self.proposed_logits[: self.stats.lookup_lengths[-1]], int(num_matches))
         if self.gate is not None:
             start = time.perf_counter()
             self.confidence = float(torch.softmax(scores[0, int(num_matches)].float(), dim=-1).max())

@@ -1,11 +1,13 @@
-"""Online recalibration of the gate's acceptance probabilities to the target vLLM is serving.
+"""Online recalibration of the lookup gate's acceptance probabilities to the target that runs it.
 
-The lookup gate was trained on other targets' answers, inside `generate`, with the target's confidence as
-an input that vLLM does not give a proposer. Every step tells the proposer how many of each row's drafts
-the target accepted: tokens before the first rejection are accepted, the first rejected one is not, the
-rest are unseen (the gate's own training labels). A two-parameter logistic map of the gate's log-odds,
-p = sigmoid(scale * logit + shift), is refitted to the most recent of those labels, so the stop rule weighs
-drafts with this engine's acceptance, not the training set's.
+The lookup gate was trained on other targets' answers (the default gate on none of the user's), and in vLLM
+without the target's confidence, an input vLLM does not give a proposer. Every round tells the caller how many
+of the proposed tokens the target accepted: tokens before the first rejection are accepted, the first rejected
+one is not, the rest are unseen (the gate's own training labels). A two-parameter logistic map of the gate's
+log-odds, p = sigmoid(scale * logit + shift), is refitted to the most recent of those labels, so the stop rule
+weighs proposals with this target's acceptance, not the training set's. Two users: vLLM's
+`PacerLookupProposer` (one map per engine) and `generate`'s gated lookup (one map per model and mode, greedy
+or sampling, kept on the model across calls: `model_state.py`).
 """
 
 from __future__ import annotations
