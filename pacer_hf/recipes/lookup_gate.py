@@ -356,12 +356,13 @@ def run(args) -> int:
                 print(f"{'':8s} {'(with a cache)':20s} " + " ".join(f"{k}={v}" for k, v in cached.items()))
     gate.config.decision_rule = "expected_gain"
     gate.config.round_cost = None if several else costs[names[0]]["round_cost"]
-    all_records = [r for n in names for r in examples[n]["records"]]
+    all_records = [r for n in names for r in examples[n]["records"] if not r.get("cache")]  # each answer once
     answers = {n: [r for r in all_records if r["target"] == n] for n in names}
     tokens = {n: {"greedy": 0, "sampled": 0} for n in names}
     for name in names:
         for entry, record in zip(examples[name]["per_record"], examples[name]["records"]):
-            tokens[name]["sampled" if record.get("sampled") else "greedy"] += len(entry["accepted"])
+            if not record.get("cache"):
+                tokens[name]["sampled" if record.get("sampled") else "greedy"] += len(entry["accepted"])
     gate.config.training = {
         **(gate.config.training or {}), "targets": names,
         "answers": {n: {"greedy": sum(not r.get("sampled") for r in answers[n]),
@@ -378,6 +379,7 @@ def run(args) -> int:
     gate.save_pretrained(out)
     from .lookup_gate_card import write_card
 
-    write_card(out / "README.md", gate.config, TARGETS)
+    # from the saved config (its JSON sorts keys), so the card is what anyone rebuilds from the shipped folder
+    write_card(out / "README.md", PacerLookupGateConfig.from_pretrained(out), TARGETS)
     print(f"saved the lookup gate to {out}")
     return 0
