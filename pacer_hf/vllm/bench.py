@@ -267,7 +267,6 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as work:
         if args.vllm_once:  # each prompt once per engine: alone, then the batch on fresh engines (empty caches)
-            args.runs = 1
             results = run_engines(methods, model, prompts, args, Path(work), calls=("alone",))
             (Path(work) / "batch").mkdir()
             batch = run_engines(methods, model, prompts, args, Path(work) / "batch", calls=("batch",))
