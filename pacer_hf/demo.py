@@ -80,10 +80,11 @@ def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, pro
     names = LOOKUP_STRATEGIES if draft is None else DEMO_STRATEGIES
     strategies = [expanded for name in names if preverifier is not None or name != "pacer"
                   for expanded in ([f"sd-fixed-{g}" for g in gammas] if name == "sd-fixed" else [name])]
-    # one cost repeat: the demo prints measured speed only (the cost model feeds the benchmark's modelled columns)
+    # no cost model: the demo prints measured speed only (the model feeds the benchmark's modelled columns; Pacer's
+    # stop rule measures its own costs where it runs)
     config = BenchConfig(strategies=strategies, categories=[category], temperatures=(0.0,), prompts_per_category=prompts,
                          runs=repeats, max_new_tokens=max_new_tokens, threads=torch.get_num_threads(),
-                         cost_repeats=1)
+                         cost_repeats=0)
     if chat:
         from .data.chat_prompts import chat_prompts
 

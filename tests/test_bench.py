@@ -108,6 +108,24 @@ def test_forced_mismatch_fails_the_run(models, monkeypatch):
                       costs=CostModel(), progress=False)
 
 
+def test_no_cost_model_measures_speed_only(models, monkeypatch, tmp_path):
+    """cost_repeats=0 (the demo): no cost probe runs, measured columns are filled and modelled ones empty; a modelled strategy (the oracle) is refused with the setting to change."""
+    import pacer_hf.loops.probes as probes
+
+    target, draft, preverifier = models
+    monkeypatch.setattr(probes, "measure_costs", lambda *a, **k: pytest.fail("no cost model was asked for"))
+    config = _config(strategies=["ar", "sd-fixed-2", "pacer"], temperatures=(0.0,), cost_repeats=0)
+    result = run_benchmark(target, draft, _prompts(1), config, preverifier=preverifier, progress=False)
+    assert result.meta["costs"] is None
+    for record in result.records:
+        assert record["tokens_per_s"] > 0 and record["modelled_speedup"] is None
+        assert record["best_fixed"] == "sd-fixed-2" and record["oracle_gap_capture"] is None
+    write_outputs(result, tmp_path / "out")  # the tables show "–" where a modelled figure would be
+    with pytest.raises(ValueError, match="cost_repeats >= 1"):
+        run_benchmark(target, draft, _prompts(1), _config(strategies=["ar", "sd-fixed-8", "oracle"],
+                                                          temperatures=(0.0,), cost_repeats=0), progress=False)
+
+
 def test_unknown_names_error(monkeypatch):
     with pytest.raises(ValueError, match="Unknown strategy 'nope'"):
         resolve_strategies(["nope"], False)

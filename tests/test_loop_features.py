@@ -116,13 +116,13 @@ def test_exact_in_the_batch_loop_and_pearl(pair):
         del draft._pacer_preverifier
 
 
-def _answers(target, n: int = 4, new_tokens: int = 20) -> list[dict]:
+def _answers(target, n: int = 4, new_tokens: int = 20, top_k: int = 4, do_sample: bool = False) -> list[dict]:
     from pacer_hf.recipes.smollm2_draft import generate_batch
 
     prompts = [prompt(length=5 + i, seed=10 + i)[0].tolist() for i in range(n)]
     records = []
     for p in prompts:
-        (answer,) = generate_batch(target, [p], new_tokens, 4, 0, set())
+        (answer,) = generate_batch(target, [p], new_tokens, top_k, 0, set(), do_sample=do_sample)
         records.append({"key": f"k{len(records)}", "prompt": p, **answer})
     return records
 
@@ -191,6 +191,51 @@ def test_teacher_forced_traces_equal_the_rollouts_where_labels_are_defined(pair,
         np.testing.assert_allclose(np.array(row["draft_features"])[:upto], np.array(ref["draft_features"])[:upto],
                                    atol=1e-3, rtol=1e-3)
     assert misses > 0, "the noisy draft must miss somewhere for the comparison to mean much"
+
+
+def test_sampled_traces_label_each_sampled_token_with_its_acceptance_probability(pair, tmp_path):
+    """T = 1 traces along sampled answers: every drafted token is the draft's sample given the answer so far, its
+    label min(1, p/q) under the target's and the draft's T = 1 distributions there; rounds follow one another
+    with the loop state the previous round leaves; the manifest says `sampling`."""
+    from pacer_hf.training.collect import load_traces, read_manifest
+    from pacer_hf.training.collect_answers import collect_along_answers
+
+    target, draft = pair("llama", "noisy")
+    target, draft = target.float(), draft.float()
+    torch.manual_seed(0)
+    vocab = target.config.vocab_size
+    records = _answers(target, top_k=vocab, do_sample=True)  # every token's log-probability recorded: p is exact
+    out = collect_along_answers(draft, records, tmp_path / "sampled", max_draft_tokens=5, teacher_forced=True,
+                                temperature=1.0, seed=3, progress=False)
+    assert read_manifest(out)["label_kind"] == "sampling"
+    rows = load_traces(out)
+    soft = 0
+    for i, record in enumerate(records):
+        full, start = record["prompt"] + record["response"], len(record["prompt"])
+        with torch.no_grad():
+            ids = torch.tensor([full[:-1]])
+            p_all = torch.softmax(target(input_ids=ids).logits[0].float(), -1)
+            q_all = torch.softmax(draft(input_ids=ids).logits[0].float(), -1)
+        chain = sorted((r for r in rows if r["text_id"] == i), key=lambda r: r["position"])
+        assert chain[0]["position"] == start and chain[0]["loop_features"] == [0.0, 0.0, 0.0]
+        for row, after in zip(chain, chain[1:]):
+            assert row["position"] < after["position"] <= row["position"] + 6
+            accepted = after["position"] - row["position"] - 1
+            confidence = math.exp(record["top_logp"][after["position"] - 1 - start][0])
+            np.testing.assert_allclose(after["loop_features"], [accepted / 5, float(accepted == 5), confidence],
+                                       rtol=1e-5)
+        for row in chain:
+            for j, (token, label) in enumerate(zip(row["draft_tokens"], row["labels"])):
+                at = row["position"] + j - 1  # the forward row predicting position + j
+                if row["position"] + j >= len(full):
+                    assert label == -100.0
+                    continue
+                expected = min(1.0, float(p_all[at, token] / q_all[at, token]))
+                assert label == pytest.approx(expected, rel=1e-3, abs=1e-4)
+                soft += 0.0 < label < 1.0
+    assert soft > 0, "a noisy draft must give soft labels somewhere"
+    with pytest.raises(ValueError, match="teacher_forced=True"):
+        collect_along_answers(draft, records, tmp_path / "x", temperature=1.0, progress=False)
 
 
 def test_trained_on_them_reads_them(pair, tmp_path):

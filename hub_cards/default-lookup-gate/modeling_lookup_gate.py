@@ -237,15 +237,18 @@ class GateScorer:
         erf = 1.0 - poly * np.exp(-z * z)
         return 0.5 * x * (1.0 + np.copysign(erf, x))
 
-    def accept_probabilities(self, features: np.ndarray) -> np.ndarray:
-        """(rows,) probability that the target accepts each row's token given it accepted the ones before it: rows
-        of several proposals can share one call (their survival is each proposal's running product)."""
+    def log_odds(self, features: np.ndarray) -> np.ndarray:
+        """(rows,) the log-odds before the gate's sigmoid: what an online recalibration refits."""
         x = features
         for weight, bias in self.layers[:-1]:
             x = self._gelu(x @ weight + bias)
         weight, bias = self.layers[-1]
-        logits = (x @ weight + bias)[:, 0]
-        return 1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))
+        return (x @ weight + bias)[:, 0]
+
+    def accept_probabilities(self, features: np.ndarray) -> np.ndarray:
+        """(rows,) probability that the target accepts each row's token given it accepted the ones before it: rows
+        of several proposals can share one call (their survival is each proposal's running product)."""
+        return 1.0 / (1.0 + np.exp(-np.clip(self.log_odds(features), -60.0, 60.0)))
 
     def survival(self, features: np.ndarray) -> list[float]:
         """(k,) probability that the target accepts at least the first j + 1 tokens, as a list."""

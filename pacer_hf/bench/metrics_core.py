@@ -52,8 +52,9 @@ def _median(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
 
 
-def aggregate(calls: list[dict], strategies: list[Strategy], costs: CostModel, config) -> list[dict]:
-    """Turn per-call measurements into one record per strategy x category x temperature."""
+def aggregate(calls: list[dict], strategies: list[Strategy], costs: CostModel | None, config) -> list[dict]:
+    """Turn per-call measurements into one record per strategy x category x temperature (`costs` None: no
+    modelled columns)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for call in calls:
         groups[(call["strategy"], call["category"], call["temperature"])].append(call)
@@ -75,7 +76,7 @@ def _per_run_tps(calls: list[dict]) -> dict[int, float]:
 
 
 def _cell(cell: dict[str, list[dict]], strategies: list[Strategy], category: str, temperature: float,
-          costs: CostModel, config) -> list[dict]:
+          costs: CostModel | None, config) -> list[dict]:
     ar_runs = _per_run_tps(cell["ar"])
     records: dict[str, dict] = {}
     for strategy in strategies:
@@ -107,7 +108,7 @@ def _cell(cell: dict[str, list[dict]], strategies: list[Strategy], category: str
             "draft_forwards_per_token": draft_forwards / tokens if tokens else None,
             "target_forwards_per_token": target_forwards / tokens if tokens else None,
             "preverifier_overhead": (sum(c["preverifier_seconds"] for c in calls) / seconds) if seconds else 0.0,
-            "modelled_speedup": (None if not _modelled(strategy) else
+            "modelled_speedup": (None if not _modelled(strategy) or costs is None else
                                  tokens / modelled_time(lengths, costs, draft_forwards) if lengths else 1.0),
             "identical_to_ar": identical,
             "draft_config": strategy.draft_config, "sklearn_retuning": sklearn_retuning(strategy),
@@ -116,12 +117,14 @@ def _cell(cell: dict[str, list[dict]], strategies: list[Strategy], category: str
         records[strategy.name] = record
     fixed = [s for s in strategies if s.family == "sd-fixed" and s.runs]
     oracle = next((s for s in strategies if s.family == "oracle"), None)
-    if oracle is not None and fixed:
+    if oracle is not None and fixed and costs is not None:
         longest = max(fixed, key=lambda s: s.gamma or 0)
         records["oracle"] = _oracle(cell[longest.name], longest, records["ar"], category, temperature, costs)
-    _lookup_columns(records, strategies, cell, category, temperature, costs)
+    if costs is not None:
+        _lookup_columns(records, strategies, cell, category, temperature, costs)
     best_measured = max((records[s.name] for s in fixed), key=lambda r: r["tokens_per_s"] or 0, default=None)
-    best_modelled = max((records[s.name] for s in fixed), key=lambda r: r["modelled_speedup"], default=None)
+    best_modelled = max((records[s.name] for s in fixed if costs is not None), key=lambda r: r["modelled_speedup"],
+                        default=None)
     for record in records.values():
         record["best_fixed"] = best_measured["strategy"] if best_measured else None
         record["speedup_vs_best_fixed"] = (record["tokens_per_s"] / best_measured["tokens_per_s"]

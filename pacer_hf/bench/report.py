@@ -201,8 +201,7 @@ def write_docs(records: list[dict], meta: dict, out_dir: str | Path, docs: str |
         f"held-out files: {shown(meta.get('heldout_origin') or 'n/a')}",
         f"- runs: {config.get('runs')}, max_new_tokens: {config.get('max_new_tokens')}, prompt tokens <= "
         f"{config.get('prompt_tokens')}, temperatures: {config.get('temperatures')}, quick: {config.get('quick')}",
-        f"- measured costs: c = {meta['costs']['draft_cost']:.3f}, verify(4) = "
-        f"{meta['costs']['verify_cost'][min(4, len(meta['costs']['verify_cost']) - 1)]:.3f} target steps",
+        _costs_line(meta.get("costs")),
         "", METHOD, "## Results", "", markdown_tables(records), "## Plots", "",
     ]
     lines += [f"![{png.stem}](benchmarks/{png.name})" for png in pngs]
@@ -210,3 +209,10 @@ def write_docs(records: list[dict], meta: dict, out_dir: str | Path, docs: str |
     kept = batch_section(docs.read_text()) if docs.exists() else ""  # `--batch-sizes` writes its own section
     docs.write_text("\n".join(lines) + "\n" + (f"\n{kept}" if kept else ""))
     return docs
+
+
+def _costs_line(costs: dict | None) -> str:
+    if costs is None:
+        return "- no cost model (cost_repeats 0): no modelled columns"
+    verify = costs["verify_cost"]
+    return f"- measured costs: c = {costs['draft_cost']:.3f}, verify(4) = {verify[min(4, len(verify) - 1)]:.3f} target steps"

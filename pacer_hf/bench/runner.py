@@ -64,7 +64,7 @@ class BenchConfig:
     seed: int = 0
     warmup: bool = True
     quick: bool = False
-    cost_repeats: int = 15
+    cost_repeats: int = 15  # 0: no cost model, so no modelled columns and no oracle (the demo: measured speed only)
 
 
 @dataclass
@@ -198,7 +198,11 @@ def run_benchmark(
     preverifiers = preverifier_variants(preverifier, sampling_preverifier)
     if not any(prompts.values()):
         raise ValueError("No prompts to run.")
-    if costs is None:
+    if costs is None and config.cost_repeats == 0:
+        modelled = [s.name for s in strategies if s.family in ("oracle", "lookup-oracle")]
+        if modelled:
+            raise ValueError(f"{modelled} are modelled from measured costs: give cost_repeats >= 1 (got 0).")
+    elif costs is None:
         from ..loops.probes import measure_costs
 
         max_gamma = max([s.gamma or 0 for s in strategies] + [16])
@@ -257,14 +261,14 @@ def _timed_calls(harness: _Harness, prompts: dict[str, list[Prompt]], config: Be
 
 
 def _meta(config: BenchConfig, threads: int, strategies: list[Strategy], preverifier: PacerPreVerifier | None,
-          costs: CostModel, prompts: dict[str, list[Prompt]]) -> dict:
+          costs: CostModel | None, prompts: dict[str, list[Prompt]]) -> dict:
     """results.json's `meta`: the machine, the configuration, the strategies, the costs and the prompts."""
     return {"bench_schema": SCHEMA, "machine": machine_info(threads), "config": asdict(config),
             "strategies": [s.name for s in strategies],
             "sklearn_retuning": {s.name: sklearn_retuning(s) for s in strategies if s.family == "hf"},
             "trim_failed_block": bool(preverifier is not None and preverifier.config.trim_failed_block),
             "ouroboros_pools": "one per strategy, emptied at the start of every run",
-            "costs": asdict(costs), "prompts": {c: [p.id for p in ps] for c, ps in prompts.items()},
+            "costs": asdict(costs) if costs is not None else None, "prompts": {c: [p.id for p in ps] for c, ps in prompts.items()},
             "prompt_lengths": {c: [len(p.ids) for p in ps] for c, ps in prompts.items()}}
 
 

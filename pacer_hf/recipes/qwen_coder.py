@@ -15,6 +15,10 @@ stage resumable and skipped when its result exists (work folder `--work`, defaul
 3. `preverifier`: traces of that draft along the target's greedy answers with the loop's state
    (`collect_along_answers`), Trainer, costs measured here, the stop rule calibrated on held-out answers;
    hub_cards/qwen-coder-preverifier with its card.
+4. `sampled-responses`: the target's T = 1 answers to the same requests (as stage 1, sampled).
+5. `preverifier-sampling`: stage 3 along those answers, each drafted token sampled by the draft and labelled with
+   its acceptance probability min(1, p/q) (`collect_along_answers(temperature=1.0)`);
+   hub_cards/qwen-coder-preverifier-sampling, which `load_pair` attaches for `do_sample=True`.
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ from .smollm2_draft_train import agreement, read_records
 
 PLAN = {"chat-humaneval": 80, "chat-docstring": 160, "chat-edit": 40}  # TRAIN-split requests per category
 DRAFT_CARD, PREVERIFIER_CARD = "qwen-coder-draft", "qwen-coder-preverifier"
-RESPONSES = "responses.jsonl"
+SAMPLING_CARD = "qwen-coder-preverifier-sampling"
+RESPONSES, SAMPLED_RESPONSES = "responses.jsonl", "responses_sampled.jsonl"  # as `stage_responses` names them
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stage", choices=("responses", "draft", "preverifier", "all"), default="all")
+    parser.add_argument("--stage", default="all", choices=("responses", "draft", "preverifier", "sampled-responses",
+                                                           "preverifier-sampling", "all"))
     parser.add_argument("--work", default="runs/qwen_coder")
     parser.add_argument("--out", default=None, help="hub_cards folder to write into (default: pacer_hf's)")
     parser.add_argument("--cache-dir", default=None, help="where load_pair keeps the float32 copies")
@@ -57,24 +63,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def stage_answers(args: argparse.Namespace, work: Path, target, tokenizer) -> Path:
+def stage_answers(args: argparse.Namespace, work: Path, target, tokenizer, do_sample: bool = False) -> Path:
+    """The target's greedy answers (or, `do_sample`, its T = 1 samples) to the TRAIN-split requests."""
     dtype = target.dtype
     target.to(getattr(torch, args.answers_dtype))
     try:
         prompts = smollm2_prompts(tokenizer, PLAN, max_tokens=360, seed=args.seed)
         return answer(target, tokenizer, prompts, work, max_new_tokens=args.max_new_tokens, batch_size=8, top_k=32,
-                      budget_s=60 * args.answers_minutes)
+                      budget_s=60 * args.answers_minutes, do_sample=do_sample)
     finally:
         target.to(dtype)
 
 
-def answers(work: Path) -> tuple[list[dict], list[dict]]:
-    """(training, held-out) answers of the responses stage; an error naming the stage when there are none."""
-    records = [r for r in read_records(work / RESPONSES) if r["response"]]
+def answers(work: Path, sampled: bool = False) -> tuple[list[dict], list[dict]]:
+    """(training, held-out) answers of the responses stage (`sampled`: of the sampled-responses stage); an error
+    naming the stage when there are none."""
+    path, stage = (work / SAMPLED_RESPONSES, "sampled-responses") if sampled else (work / RESPONSES, "responses")
+    records = [r for r in read_records(path) if r["response"]]
     train, heldout = [r for r in records if not r["heldout"]], [r for r in records if r["heldout"]]
     if not train or not heldout:
-        raise FileNotFoundError(f"{work / RESPONSES} holds {len(train)} training and {len(heldout)} held-out answers; "
-                                "run `pacer-hf build-qwen-coder --stage responses` (with this --work) first.")
+        raise FileNotFoundError(f"{path} holds {len(train)} training and {len(heldout)} held-out answers; "
+                                f"run `pacer-hf build-qwen-coder --stage {stage}` (with this --work) first.")
     return train, heldout
 
 
@@ -169,25 +178,32 @@ training answers; `-with-head`: the output head in int8 too. docs/QWEN_CODER.md.
 """
 
 
-def stage_preverifier(args: argparse.Namespace, work: Path, target, draft, out: Path) -> Path:
+def stage_preverifier(args: argparse.Namespace, work: Path, target, draft, out: Path, sampled: bool = False) -> Path:
     """Traces of the shipped cheap draft along the target's greedy answers (held-out answers apart), Trainer,
-    costs measured here, the stop rule chosen on half the held-out answers and reported on the other half."""
+    costs measured here, the stop rule chosen on half the held-out answers and reported on the other half.
+    `sampled`: the same along its T = 1 answers, each drafted token sampled and labelled min(1, p/q)
+    (`collect_along_answers(temperature=1.0)`), shipped as the sampling pre-verifier."""
     from ..training.collect import read_manifest
     from ..training.collect_answers import collect_along_answers
     from .ship_preverifier import train_calibrate_ship
 
     apply_cheap_draft(draft, out / DRAFT_CARD)
-    traces = {}
-    for split, rows in zip(("train", "heldout"), answers(work)):
-        path = work / f"traces-{split}"
+    traces, prefix = {}, "traces-sampled" if sampled else "traces"
+    source = work / (SAMPLED_RESPONSES if sampled else RESPONSES)
+    for split, rows in zip(("train", "heldout"), answers(work, sampled)):
+        path = work / f"{prefix}-{split}"
         if not (path / "manifest.json").is_file() or not read_manifest(path).get("complete"):
             collect_along_answers(draft, rows, path, max_draft_tokens=args.preverifier_max_tokens, teacher_forced=True,
-                                  source=f"{work / RESPONSES} ({split})", draft_name=f"hub_cards/{DRAFT_CARD}",
-                                  target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", overwrite=True)
+                                  source=f"{source} ({split})", draft_name=f"hub_cards/{DRAFT_CARD}",
+                                  target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", overwrite=True,
+                                  temperature=1.0 if sampled else 0.0, seed=args.seed)
         traces[split] = path
-    dataset = ("Qwen2.5-Coder-1.5B-Instruct's greedy answers to TRAIN-split chat code requests (HumanEval tasks, "
-               "stdlib docstrings, renames; pacer_hf.data.chat_prompts), decoded round by round with the cheap 0.5B draft")
-    return train_calibrate_ship(target, draft, traces, work / "preverifier", out / PREVERIFIER_CARD, dataset,
+    kind = "T = 1 samples" if sampled else "greedy answers"
+    dataset = (f"Qwen2.5-Coder-1.5B-Instruct's {kind} to TRAIN-split chat code requests (HumanEval tasks, "
+               "stdlib docstrings, renames; pacer_hf.data.chat_prompts), decoded round by round with the cheap 0.5B draft"
+               + (", each drafted token sampled and labelled with its acceptance probability" if sampled else ""))
+    trained, card = ("preverifier-sampling", SAMPLING_CARD) if sampled else ("preverifier", PREVERIFIER_CARD)
+    return train_calibrate_ship(target, draft, traces, work / trained, out / card, dataset,
                                 draft_name="Qwen/Qwen2.5-Coder-0.5B-Instruct (hub_cards/qwen-coder-draft)",
                                 target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", epochs=args.preverifier_epochs,
                                 seed=args.seed, cost_repeats=7,
@@ -207,4 +223,8 @@ def run(args: argparse.Namespace) -> int:
         stage_draft(args, work, target, draft, tokenizer, out)
     if args.stage in ("preverifier", "all"):
         print(f"wrote {stage_preverifier(args, work, target, draft, out)}")
+    if args.stage in ("sampled-responses", "all"):
+        stage_answers(args, work, target, tokenizer, do_sample=True)
+    if args.stage in ("preverifier-sampling", "all"):
+        print(f"wrote {stage_preverifier(args, work, target, draft, out, sampled=True)}")
     return 0

@@ -46,6 +46,8 @@ def collect_along_answers(
     overwrite: bool = False,
     progress: bool = True,
     teacher_forced: bool = False,
+    temperature: float = 0.0,
+    seed: int = 0,
 ) -> Path:
     """Greedy traces along the target's own greedy answers, round by round, with the loop's state (resumable).
 
@@ -65,12 +67,24 @@ def collect_along_answers(
     states, features and labels agree with the rollout wherever a label is defined; after the first miss the row
     holds the teacher-forced tokens (masked in the labels, and a causal pre-verifier reads nothing after a token
     when scoring it) and `labels_unmasked` is -100 there.
+
+    `temperature=1.0` (teacher-forced only) writes sampling traces along the target's T = 1 answers: at every
+    drafted position the draft samples its token from its own distribution given the answer so far and the label
+    is that token's acceptance probability min(1, p/q), p read from the answer's recorded top log-probabilities (a
+    token outside them counts as rejected). The answer is a sample of the target, which is what an accepted prefix
+    is, so the contexts are the ones sampled rounds meet; the round's accepted count, which sets where the next one
+    starts, is drawn from those probabilities (`seed`). The drafted tokens before position j are the answer's own,
+    where a rollout would condition on its earlier samples: an approximation wherever those differ.
     """
     records = [r for r in records if r["response"]]
     if not records:
         raise ValueError("collect_along_answers() got no answers with tokens.")
+    if temperature not in (0.0, 1.0) or (temperature and not teacher_forced):
+        raise ValueError(f"temperature={temperature}: sampling traces along answers need temperature=1.0 (the "
+                         "answers record the target's T = 1 log-probabilities) and teacher_forced=True.")
     config = CollectConfig(max_draft_tokens=max_draft_tokens, context=context, batch_size=batch_size,
-                           shard_size=records_per_shard, positions_per_text=1, min_prefix=1)
+                           shard_size=records_per_shard, positions_per_text=1, min_prefix=1, temperature=temperature,
+                           seed=seed)
     out = Path(output_dir)
     hidden_size = int(draft.get_output_embeddings().in_features)
     run = {
@@ -80,7 +94,7 @@ def collect_along_answers(
         "draft_signature": draft_signature(draft.config), "draft_hidden_size": hidden_size,
     }
     shards = [list(range(i, min(i + records_per_shard, len(records)))) for i in range(0, len(records), records_per_shard)]
-    manifest, shard_dir, done = _open_shards(out, run, overwrite, len(shards), label_kind="greedy",
+    manifest, shard_dir, done = _open_shards(out, run, overwrite, len(shards), label_kind=config.label_kind,
                                              num_texts=len(records), num_units=len(records))
     features = _features(max_draft_tokens, hidden_size)
     features["loop_features"] = datasets.Sequence(datasets.Value("float32"), length=3)
@@ -90,7 +104,8 @@ def collect_along_answers(
         for k, members in enumerate(shards):
             if k in done:
                 continue
-            rows = (_teacher_forced_rows(draft, records, members, features, max_draft_tokens, context, bar)
+            rows = (_teacher_forced_rows(draft, records, members, features, max_draft_tokens, context, bar,
+                                         sampled=bool(temperature), seed=seed)
                     if teacher_forced else
                     _shard_rows(draft, records, members, features, max_draft_tokens, context, batch_size, bar))
             _save_shard(rows, features, shard_dir, k)
@@ -129,8 +144,11 @@ def _shard_rows(draft: PreTrainedModel, records: list[dict], members: list[int],
 
 @torch.no_grad()
 def _teacher_forced_rows(draft: PreTrainedModel, records: list[dict], members: list[int], features,
-                         max_draft_tokens: int, context: int, bar) -> dict[str, list]:
+                         max_draft_tokens: int, context: int, bar, sampled: bool = False,
+                         seed: int = 0) -> dict[str, list]:
     """`_shard_rows` from one forward per answer (see `collect_along_answers(teacher_forced=True)`)."""
+    if sampled:
+        return _sampled_rows(draft, records, members, features, max_draft_tokens, context, bar, seed)
     rows: dict[str, list] = {name: [] for name in features}
     steps = max_draft_tokens
     for i in members:
@@ -153,6 +171,44 @@ def _teacher_forced_rows(draft: PreTrainedModel, records: list[dict], members: l
             _add_round(rows, record, i, p, tokens, _padded(hidden[span], steps), _padded(feats[span], steps), labels,
                        unmasked, loop)
             p, loop = p + accepted + 1, _next_loop(record, p + accepted + 1, accepted, steps)
+        bar.update(1)
+    return rows
+
+
+@torch.no_grad()
+def _sampled_rows(draft: PreTrainedModel, records: list[dict], members: list[int], features, steps: int,
+                  context: int, bar, seed: int) -> dict[str, list]:
+    """The T = 1 rows of `collect_along_answers(temperature=1.0)`: drafted tokens sampled along each answer."""
+    rows: dict[str, list] = {name: [] for name in features}
+    for i in members:
+        record = records[i]
+        full, start = record["prompt"] + record["response"], len(record["prompt"])
+        cut = max(0, start - context)
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + i)
+        hidden = draft.model(input_ids=torch.tensor([full[cut:-1]], device=draft.device)).last_hidden_state[0]
+        logits = draft.get_output_embeddings()(hidden).float().cpu()
+        answer_logits = logits[start - 1 - cut:]  # row t predicts response[t]
+        q = torch.softmax(answer_logits, -1)
+        drafted = torch.multinomial(q, 1, generator=generator)[:, 0]
+        p = torch.zeros(len(drafted))
+        for t, (ids, logp) in enumerate(zip(record["top_ids"], record["top_logp"])):
+            hit = [k for k, token in enumerate(ids) if token == int(drafted[t])]
+            p[t] = math.exp(logp[hit[0]]) if hit else 0.0
+        accept = (p / q.gather(-1, drafted[:, None])[:, 0].clamp_min(1e-12)).clamp(max=1.0).numpy()
+        feats = draft_features(answer_logits, drafted).float().numpy()
+        hidden = hidden[start - 1 - cut:].to(torch.float16).cpu().numpy()
+        draws = torch.rand(len(drafted), generator=generator).numpy()
+        t, loop = 0, [0.0, 0.0, 0.0]
+        while t < len(drafted):
+            span = np.arange(t, min(t + steps, len(drafted)))
+            labels = np.full(steps, -100.0, dtype=np.float32)
+            labels[: len(span)] = accept[span]
+            tokens = np.zeros(steps, dtype=np.int64)
+            tokens[: len(span)] = drafted[span].numpy()
+            accepted = next((j for j, k in enumerate(span) if draws[k] >= accept[k]), len(span))
+            _add_round(rows, record, i, start + t, tokens, _padded(hidden[span], steps), _padded(feats[span], steps),
+                       labels, labels.copy(), loop)
+            t, loop = t + accepted + 1, _next_loop(record, start + t + accepted + 1, accepted, steps)
         bar.update(1)
     return rows
 

@@ -77,10 +77,9 @@ class ProposerCache:
                 continue
             features = gate_features(match, int(lengths[r]), int(prompts[r]), confidence, feature_tokens,
                                      max_ngram)
-            p = np.clip(self.scorer.accept_probabilities(features), 1e-12, 1 - 1e-12)
             k = len(match.tokens)
             gate.tokens[r, :k] = match.tokens
-            gate.logits[r, :k] = np.clip(np.log(p) - np.log1p(-p), -MAX_LOGIT, MAX_LOGIT)
+            gate.logits[r, :k] = np.clip(self.scorer.log_odds(features), -MAX_LOGIT, MAX_LOGIT)
             gate.counts[r], gate.matched[r] = k, match.match_length
             self.rows_from_cache += 1
 

@@ -10,7 +10,7 @@ import torch
 from transformers import GenerationConfig
 
 from ..._hf_compat import CandidateGenerator, eos_ids
-from ...candidates.calibration import OnlineCalibration
+from ...candidates.calibration import MAX_LOGIT, OnlineCalibration
 from ...candidates.suffix import CACHE, SuffixSource, gate_features
 from ...costs import RoundClock, RoundCosts
 from ...loops.candidate_generator import PacerCandidateGenerator
@@ -102,10 +102,8 @@ class LookupCandidateGenerator(CandidateGenerator):
                 features = describe(match, ids.shape[0], self.prompt_length, self.confidence,
                                     self.gate.config.max_lookup_tokens, self.gate.config.max_ngram_size,
                                     self.sampling)
-                p = np.clip(self.scorer.accept_probabilities(features).astype(np.float64), 1e-12, 1 - 1e-12)
-                logits = np.log(p) - np.log1p(-p)
-                if self.calibration is not None:
-                    p = self.calibration.apply(logits)
+                logits = np.clip(self.scorer.log_odds(features).astype(np.float64), -MAX_LOGIT, MAX_LOGIT)
+                p = self.calibration.apply(logits) if self.calibration is not None else 1.0 / (1.0 + np.exp(-logits))
                 costs = self.costs.seconds() if self.costs is not None else None
                 tokens = tokens[: self.gate.choose_length(np.cumprod(p).tolist(), costs)]
                 self.proposed_logits = logits[: len(tokens)]
