@@ -84,7 +84,7 @@ def run_demo(target, draft, tokenizer, preverifier: PacerPreVerifier | None, pro
     # stop rule measures its own costs where it runs)
     config = BenchConfig(strategies=strategies, categories=[category], temperatures=(0.0,), prompts_per_category=prompts,
                          runs=repeats, max_new_tokens=max_new_tokens, threads=torch.get_num_threads(),
-                         cost_repeats=0)
+                         cost_repeats=0, warmup_tokens=4)
     if chat:
         from .data.chat_prompts import chat_prompts
 

@@ -63,6 +63,7 @@ class BenchConfig:
     threads: int | None = None
     seed: int = 0
     warmup: bool = True
+    warmup_tokens: int = 16  # per warm-up call: enough to compile kernels and run each rule's first-call probes
     quick: bool = False
     cost_repeats: int = 15  # 0: no cost model, so no modelled columns and no oracle (the demo: measured speed only)
 
@@ -215,7 +216,8 @@ def run_benchmark(
             first = next(iter(p for ps in prompts.values() for p in ps))
             for temperature in config.temperatures:
                 for strategy in running:
-                    harness.call(strategy, first, temperature, min(16, config.max_new_tokens), config.seed)
+                    harness.call(strategy, first, temperature, min(config.warmup_tokens, config.max_new_tokens),
+                                 config.seed)
         calls = _timed_calls(harness, prompts, config, running, call_hook, progress)
     finally:
         harness.counter.close()
