@@ -62,6 +62,7 @@ def test_wheel_carries_the_demo_pair_and_card_templates(wheel):
                  "pacer_hf/bench/metrics/speculative_stats/speculative_stats.py",  # evaluate loads it by path
                  "pacer_hf/hub_cards/qwen-coder-draft/cheap_draft.json",
                  "pacer_hf/hub_cards/qwen-coder-preverifier/model.safetensors",
+                 "pacer_hf/hub_cards/qwen-coder-preverifier-sampling/model.safetensors",
                  "pacer_hf/_paths.py", "pacer_hf/recipes/demo_pair.py"}
     assert expected <= names, sorted(expected - names)
     assert not any(name.startswith(("hub_cards/", "tests/", "docs/")) for name in names)
