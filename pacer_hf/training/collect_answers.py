@@ -68,13 +68,7 @@ def collect_along_answers(
     holds the teacher-forced tokens (masked in the labels, and a causal pre-verifier reads nothing after a token
     when scoring it) and `labels_unmasked` is -100 there.
 
-    `temperature=1.0` (teacher-forced only) writes sampling traces along the target's T = 1 answers: at every
-    drafted position the draft samples its token from its own distribution given the answer so far and the label
-    is that token's acceptance probability min(1, p/q), p read from the answer's recorded top log-probabilities (a
-    token outside them counts as rejected). The answer is a sample of the target, which is what an accepted prefix
-    is, so the contexts are the ones sampled rounds meet; the round's accepted count, which sets where the next one
-    starts, is drawn from those probabilities (`seed`). The drafted tokens before position j are the answer's own,
-    where a rollout would condition on its earlier samples: an approximation wherever those differ.
+    `temperature=1.0` (teacher-forced only): sampling traces along the target's T = 1 answers (`_sampled_rows`).
     """
     records = [r for r in records if r["response"]]
     if not records:
@@ -178,7 +172,13 @@ def _teacher_forced_rows(draft: PreTrainedModel, records: list[dict], members: l
 @torch.no_grad()
 def _sampled_rows(draft: PreTrainedModel, records: list[dict], members: list[int], features, steps: int,
                   context: int, bar, seed: int) -> dict[str, list]:
-    """The T = 1 rows of `collect_along_answers(temperature=1.0)`: drafted tokens sampled along each answer."""
+    """The T = 1 rows of `collect_along_answers(temperature=1.0)`: at every drafted position the draft samples its
+    token from its own distribution given the answer so far and the label is that token's acceptance probability
+    min(1, p/q), p read from the answer's recorded top log-probabilities (a token outside them counts as
+    rejected). The answer is a sample of the target, which is what an accepted prefix is, so the contexts are the
+    ones sampled rounds meet; the round's accepted count, which sets where the next one starts, is drawn from those
+    probabilities (`seed`). The drafted tokens before position j are the answer's own, where a rollout would
+    condition on its earlier samples: an approximation wherever those differ."""
     rows: dict[str, list] = {name: [] for name in features}
     for i in members:
         record = records[i]
