@@ -123,8 +123,8 @@ def _cell(cell: dict[str, list[dict]], strategies: list[Strategy], category: str
     if costs is not None:
         _lookup_columns(records, strategies, cell, category, temperature, costs)
     best_measured = max((records[s.name] for s in fixed), key=lambda r: r["tokens_per_s"] or 0, default=None)
-    best_modelled = max((records[s.name] for s in fixed if costs is not None), key=lambda r: r["modelled_speedup"],
-                        default=None)
+    best_modelled = (max((records[s.name] for s in fixed), key=lambda r: r["modelled_speedup"], default=None)
+                     if costs is not None else None)
     for record in records.values():
         record["best_fixed"] = best_measured["strategy"] if best_measured else None
         record["speedup_vs_best_fixed"] = (record["tokens_per_s"] / best_measured["tokens_per_s"]

@@ -28,6 +28,7 @@ import copy
 import json
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -43,6 +44,23 @@ PLAN = {"chat-humaneval": 80, "chat-docstring": 160, "chat-edit": 40}  # TRAIN-s
 DRAFT_CARD, PREVERIFIER_CARD = "qwen-coder-draft", "qwen-coder-preverifier"
 SAMPLING_CARD = "qwen-coder-preverifier-sampling"
 RESPONSES, SAMPLED_RESPONSES = "responses.jsonl", "responses_sampled.jsonl"  # as `stage_responses` names them
+
+
+class Mode(NamedTuple):
+    """Where one decoding mode's pre-verifier comes from and goes: answers file, the stage writing it, traces
+    folders' prefix, trained folder, shipped card, what the answers are."""
+
+    answers: str
+    stage: str
+    traces: str
+    trained: str
+    card: str
+    kind: str
+
+
+MODES = {False: Mode(RESPONSES, "responses", "traces", "preverifier", PREVERIFIER_CARD, "greedy answers"),
+         True: Mode(SAMPLED_RESPONSES, "sampled-responses", "traces-sampled", "preverifier-sampling", SAMPLING_CARD,
+                    "T = 1 samples")}  # keyed by `sampled`
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,12 +96,13 @@ def stage_answers(args: argparse.Namespace, work: Path, target, tokenizer, do_sa
 def answers(work: Path, sampled: bool = False) -> tuple[list[dict], list[dict]]:
     """(training, held-out) answers of the responses stage (`sampled`: of the sampled-responses stage); an error
     naming the stage when there are none."""
-    path, stage = (work / SAMPLED_RESPONSES, "sampled-responses") if sampled else (work / RESPONSES, "responses")
+    mode = MODES[sampled]
+    path = work / mode.answers
     records = [r for r in read_records(path) if r["response"]]
     train, heldout = [r for r in records if not r["heldout"]], [r for r in records if r["heldout"]]
     if not train or not heldout:
         raise FileNotFoundError(f"{path} holds {len(train)} training and {len(heldout)} held-out answers; "
-                                f"run `pacer-hf build-qwen-coder --stage {stage}` (with this --work) first.")
+                                f"run `pacer-hf build-qwen-coder --stage {mode.stage}` (with this --work) first.")
     return train, heldout
 
 
@@ -188,22 +207,20 @@ def stage_preverifier(args: argparse.Namespace, work: Path, target, draft, out: 
     from .ship_preverifier import train_calibrate_ship
 
     apply_cheap_draft(draft, out / DRAFT_CARD)
-    traces, prefix = {}, "traces-sampled" if sampled else "traces"
-    source = work / (SAMPLED_RESPONSES if sampled else RESPONSES)
+    mode, traces = MODES[sampled], {}
+    source = work / mode.answers
     for split, rows in zip(("train", "heldout"), answers(work, sampled)):
-        path = work / f"{prefix}-{split}"
+        path = work / f"{mode.traces}-{split}"
         if not (path / "manifest.json").is_file() or not read_manifest(path).get("complete"):
             collect_along_answers(draft, rows, path, max_draft_tokens=args.preverifier_max_tokens, teacher_forced=True,
                                   source=f"{source} ({split})", draft_name=f"hub_cards/{DRAFT_CARD}",
                                   target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", overwrite=True,
                                   temperature=1.0 if sampled else 0.0, seed=args.seed)
         traces[split] = path
-    kind = "T = 1 samples" if sampled else "greedy answers"
-    dataset = (f"Qwen2.5-Coder-1.5B-Instruct's {kind} to TRAIN-split chat code requests (HumanEval tasks, "
+    dataset = (f"Qwen2.5-Coder-1.5B-Instruct's {mode.kind} to TRAIN-split chat code requests (HumanEval tasks, "
                "stdlib docstrings, renames; pacer_hf.data.chat_prompts), decoded round by round with the cheap 0.5B draft"
                + (", each drafted token sampled and labelled with its acceptance probability" if sampled else ""))
-    trained, card = ("preverifier-sampling", SAMPLING_CARD) if sampled else ("preverifier", PREVERIFIER_CARD)
-    return train_calibrate_ship(target, draft, traces, work / trained, out / card, dataset,
+    return train_calibrate_ship(target, draft, traces, work / mode.trained, out / mode.card, dataset,
                                 draft_name="Qwen/Qwen2.5-Coder-0.5B-Instruct (hub_cards/qwen-coder-draft)",
                                 target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", epochs=args.preverifier_epochs,
                                 seed=args.seed, cost_repeats=7,

@@ -98,10 +98,12 @@ def collect_along_answers(
         for k, members in enumerate(shards):
             if k in done:
                 continue
-            rows = (_teacher_forced_rows(draft, records, members, features, max_draft_tokens, context, bar,
-                                         sampled=bool(temperature), seed=seed)
-                    if teacher_forced else
-                    _shard_rows(draft, records, members, features, max_draft_tokens, context, batch_size, bar))
+            if temperature:
+                rows = _sampled_rows(draft, records, members, features, max_draft_tokens, context, bar, seed)
+            elif teacher_forced:
+                rows = _teacher_forced_rows(draft, records, members, features, max_draft_tokens, context, bar)
+            else:
+                rows = _shard_rows(draft, records, members, features, max_draft_tokens, context, batch_size, bar)
             _save_shard(rows, features, shard_dir, k)
             _shard_done(out, manifest, done, k)
     finally:
@@ -136,22 +138,25 @@ def _shard_rows(draft: PreTrainedModel, records: list[dict], members: list[int],
     return rows
 
 
+def _answer_forward(draft: PreTrainedModel, record: dict, context: int) -> tuple[list[int], int, int, torch.Tensor,
+                                                                                  torch.Tensor]:
+    """(prompt + response, response start, first position kept, hidden, logits) of one draft forward over the
+    answer and at most `context` prompt tokens before it: row t is the lm_head input predicting full[cut + t + 1]."""
+    full, start = record["prompt"] + record["response"], len(record["prompt"])
+    cut = max(0, start - context)
+    hidden = draft.model(input_ids=torch.tensor([full[cut:-1]], device=draft.device)).last_hidden_state[0]
+    return full, start, cut, hidden, draft.get_output_embeddings()(hidden)
+
+
 @torch.no_grad()
 def _teacher_forced_rows(draft: PreTrainedModel, records: list[dict], members: list[int], features,
-                         max_draft_tokens: int, context: int, bar, sampled: bool = False,
-                         seed: int = 0) -> dict[str, list]:
+                         max_draft_tokens: int, context: int, bar) -> dict[str, list]:
     """`_shard_rows` from one forward per answer (see `collect_along_answers(teacher_forced=True)`)."""
-    if sampled:
-        return _sampled_rows(draft, records, members, features, max_draft_tokens, context, bar, seed)
     rows: dict[str, list] = {name: [] for name in features}
     steps = max_draft_tokens
     for i in members:
         record = records[i]
-        full, start = record["prompt"] + record["response"], len(record["prompt"])
-        cut = max(0, start - context)
-        ids = torch.tensor([full[cut:-1]], device=draft.device)
-        hidden = draft.model(input_ids=ids).last_hidden_state[0]  # row t: the lm_head input predicting full[cut + t + 1]
-        logits = draft.get_output_embeddings()(hidden)
+        full, start, cut, hidden, logits = _answer_forward(draft, record, context)
         argmax = logits.argmax(-1)
         feats = draft_features(logits, argmax).float().cpu().numpy()
         hidden, argmax = hidden.to(torch.float16).cpu().numpy(), argmax.cpu().numpy()
@@ -182,18 +187,15 @@ def _sampled_rows(draft: PreTrainedModel, records: list[dict], members: list[int
     rows: dict[str, list] = {name: [] for name in features}
     for i in members:
         record = records[i]
-        full, start = record["prompt"] + record["response"], len(record["prompt"])
-        cut = max(0, start - context)
+        _, start, cut, hidden, logits = _answer_forward(draft, record, context)
         generator = torch.Generator().manual_seed(seed * 1_000_003 + i)
-        hidden = draft.model(input_ids=torch.tensor([full[cut:-1]], device=draft.device)).last_hidden_state[0]
-        logits = draft.get_output_embeddings()(hidden).float().cpu()
-        answer_logits = logits[start - 1 - cut:]  # row t predicts response[t]
+        answer_logits = logits.float().cpu()[start - 1 - cut:]  # row t predicts response[t]
         q = torch.softmax(answer_logits, -1)
         drafted = torch.multinomial(q, 1, generator=generator)[:, 0]
         p = torch.zeros(len(drafted))
         for t, (ids, logp) in enumerate(zip(record["top_ids"], record["top_logp"])):
-            hit = [k for k, token in enumerate(ids) if token == int(drafted[t])]
-            p[t] = math.exp(logp[hit[0]]) if hit else 0.0
+            recorded = dict(zip(ids, logp))
+            p[t] = math.exp(recorded[int(drafted[t])]) if int(drafted[t]) in recorded else 0.0
         accept = (p / q.gather(-1, drafted[:, None])[:, 0].clamp_min(1e-12)).clamp(max=1.0).numpy()
         feats = draft_features(answer_logits, drafted).float().numpy()
         hidden = hidden[start - 1 - cut:].to(torch.float16).cpu().numpy()
