@@ -279,10 +279,14 @@ class PacerPreVerifier(PreTrainedModel):
         0 always passes, 1 never does. `"expected_gain"`: drafting goes on while some longer draft (more
         blocks, up to `max_draft_tokens`) is expected to yield more tokens per unit of time than stopping
         now, under the calibrated cost model (`expected_gain_continues`). A stopped round's last block is
-        sent whole (stop-only, exact under sampling) unless `trim_failed_block`, which drops its tokens
-        from the first one predicted below `trim_cutoff`. Plain Python on the host: no device round trip.
-        `costs` (expected_gain): the cost model measured where the call runs (`{"round_cost": [...]}`, see
-        `costs/round_costs.py`); without it, `config.calibration` (the machine that calibrated it).
+        sent whole (stop-only, exact under sampling) unless `trim_failed_block` (greedy only), which proposes
+        a prefix of the drafted tokens instead: under "expected_gain" the one with the highest expected rate, the
+        drafting already paid (`best_prefix`: on a curve where a verify width costs a step more than the one
+        below, the token that would open it is dropped when it is unlikely to be accepted); under the threshold
+        rules the failed block up to its first token predicted below `trim_cutoff`. Plain Python on the host: no
+        device round trip. `costs` (expected_gain): the cost model measured where the call runs (`{"round_cost":
+        [...], "draft_cost": ...}`, see `costs/round_costs.py`); without it, `config.calibration` (the machine that
+        calibrated it).
         """
         config = self.config
         values = token_logits.float().tolist() if isinstance(token_logits, torch.Tensor) else token_logits
@@ -297,6 +301,8 @@ class PacerPreVerifier(PreTrainedModel):
                 return False, 0
         if not config.trim_failed_block:
             return True, 0
+        if config.decision_rule == "expected_gain":
+            return True, len(probs) - best_prefix(probs, costs or config.calibration)
         kept = 0
         while kept < len(block) and block[kept] >= config.trim_cutoff:
             kept += 1
@@ -318,6 +324,24 @@ def calibrated_round_time(costs: dict):
         return lambda k: round_cost(costs["round_cost"], k) + k * call
     draft, table, overhead = costs["draft_cost"], costs["verify_cost"], costs.get("round_overhead", 0.0)
     return lambda k: k * (draft + call) + round_cost(table, k) + overhead
+
+
+def best_prefix(probs: list[float], costs: dict) -> int:
+    """How many of the `len(probs)` drafted tokens to propose (greedy only): the prefix k with the most expected
+    tokens, 1 + sum_{i<k} prod_{j<=i} probs[j], per unit of time, where a round that drafted n tokens and proposes k
+    costs time(k) + (n - k) * (draft_cost + preverifier_cost): the drafting is paid, only the verify width changes.
+    Ties keep the longer prefix."""
+    time, n = calibrated_round_time(costs), len(probs)
+    per_token = costs["draft_cost"] + costs.get("preverifier_cost", 0.0)
+    best, best_rate, tokens, alive = n, -1.0, [1.0], 1.0
+    for x in probs:
+        alive *= x
+        tokens.append(tokens[-1] + alive)
+    for k in range(n, -1, -1):
+        rate = tokens[k] / (time(k) + (n - k) * per_token)
+        if rate > best_rate * (1 + 1e-9):
+            best, best_rate = k, rate
+    return best
 
 
 def expected_gain_continues(probs: list[float], block_size: int, max_tokens: int, costs: dict) -> bool:

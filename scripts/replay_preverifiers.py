@@ -4,7 +4,9 @@ Answers "does the pre-verifier trained for this mode beat the one a call would o
 timed run: every pre-verifier is scored on the report half of the held-out traces (the half `train_calibrate_ship`
 reports on), with the costs recorded by the first one's calibration, and its shipped rule (block size, rule,
 threshold) simulated (`training.simulate.speedup_table`). Prints and saves AUC, ECE, the simulated speedup over the
-target alone, the mean draft and the best fixed γ.
+target alone, the mean draft and the best fixed γ; for an expected-gain rule also the same rule trimming its stopped
+rounds (`trim_failed_block`, greedy only). `--costs` replays under another measured cost model instead (a bench
+record's `run.json`, whose "costs" it reads, or a calibration-style JSON dict).
 
     python scripts/replay_preverifiers.py --traces runs/qwen_coder/work/traces-sampled-heldout \
         hub_cards/qwen-coder-preverifier-sampling hub_cards/qwen-coder-preverifier --out replay.json
@@ -27,24 +29,35 @@ def main() -> None:
     parser.add_argument("preverifiers", nargs="+", help="folders; the first one's calibration gives the costs")
     parser.add_argument("--traces", required=True, help="held-out traces (collect / collect_along_answers)")
     parser.add_argument("--seed", type=int, default=0, help="the recipe's seed: the report half is split_by_text(seed + 1)")
+    parser.add_argument("--costs", default=None, help="a JSON file with the costs to replay under (default: the first "
+                        "pre-verifier's calibration)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     _, report_on = split_by_text(load_traces(args.traces), 0.5, args.seed + 1)
     modules = [load_preverifier(path).eval() for path in args.preverifiers]
-    costs = CostModel.from_calibration(modules[0].config.calibration)
+    calibration = modules[0].config.calibration
+    if args.costs:
+        with open(args.costs) as handle:
+            loaded = json.load(handle)
+        calibration = {**calibration, "round_cost": None, **loaded.get("costs", loaded)}
+    costs = CostModel.from_calibration(calibration)
     data = prepare(report_on)
-    results = {"traces": args.traces, "rounds": len(report_on), "costs_from": args.preverifiers[0], "preverifiers": {}}
+    results = {"traces": args.traces, "rounds": len(report_on), "costs_from": args.costs or args.preverifiers[0],
+               "costs": costs.as_calibration(), "preverifiers": {}}
     for path, module in zip(args.preverifiers, modules):
         config = module.config
         probs, labels = predict_probs(module, data)
         table = speedup_table(acceptance_matrix(labels), probs, costs, config.block_size, config.threshold or 0.0,
-                              config.decision_rule, max_gamma=8)
+                              config.decision_rule, max_gamma=8, trim=True)
         auc, ece = auc_ece(probs, labels)
         fixed = {k: v for k, v in table.items() if k.startswith("fixed-")}
         best = max(fixed, key=fixed.get)
         row = {"rule": f"{config.decision_rule} b={config.block_size}", "auc": round(auc, 4), "ece": round(ece, 4),
                "speedup": round(table["pacer"], 4), "mean_draft": round(table["pacer_mean_draft"], 2),
                "best_fixed": best, "best_fixed_speedup": round(fixed[best], 4), "oracle": round(table["oracle"], 4)}
+        if "pacer_trim" in table:
+            row.update(speedup_trim=round(table["pacer_trim"], 4),
+                       mean_proposed_trim=round(table["pacer_trim_mean_proposed"], 2))
         results["preverifiers"][path] = row
         print(f"{path}: {row}")
     with open(args.out, "w") as handle:

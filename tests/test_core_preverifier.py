@@ -230,6 +230,76 @@ def test_expected_gain_rule():
         PacerConfig(decision_rule="expected_gain")
 
 
+STEPPED = {"draft_cost": 0.27, "verify_cost": [1.0, 1.07, 1.07, 1.9, 2.0, 2.05, 2.8, 2.9, 2.9], "round_overhead": 0.0}
+
+
+def test_expected_gain_trim_drops_the_token_that_opens_a_dearer_verify_width():
+    """With trim_failed_block the expected-gain rule proposes the prefix with the best expected rate, the drafting
+    paid: on a curve where 3 drafted tokens verify for a step more than 2, an unlikely third token is dropped."""
+    from pacer_hf.modeling_pacer import best_prefix
+
+    def decide(probs, costs):
+        logits = torch.tensor([math.log(p / (1 - p)) for p in probs])
+        pv = PacerPreVerifier(PacerConfig(draft_hidden_size=8, block_size=1, decision_rule="expected_gain",
+                                          trim_failed_block=True, calibration=costs, max_draft_tokens=8))
+        return pv.decide(logits)
+
+    # 2 likely tokens cost 1.07 + 2 * 0.27 + 0.27 paid for the third: 2.97 tokens in 1.88 steps; keeping the third
+    # (p = 0.3) buys 0.29 expected tokens for 0.83 more steps
+    assert decide([0.99, 0.99, 0.3], STEPPED) == (True, 1)
+    milder = {**STEPPED, "verify_cost": [1.0, 1.07, 1.07, 1.4] + [9.0] * 5}  # the third token's width: +0.33 steps
+    assert decide([0.99, 0.99, 0.97], milder) == (True, 0), "a likely token is kept where it pays for its width"
+    assert decide([0.99, 0.99, 0.3], milder) == (True, 1), "an unlikely one is not"
+    flat = {**STEPPED, "verify_cost": [1.0 + 0.05 * k for k in range(9)]}
+    assert decide([0.99, 0.99, 0.3], flat) == (True, 0), "where a width costs little more, nothing is dropped"
+    # the definition, over random rounds: the argmax of tokens / time, the drafting of all n tokens paid
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        n = int(torch.randint(1, 9, (1,), generator=generator))
+        probs = torch.rand(n, generator=generator).tolist()
+        tokens = [1 + sum(math.prod(probs[: i + 1]) for i in range(k)) for k in range(n + 1)]
+        rates = [tokens[k] / (k * 0.27 + STEPPED["verify_cost"][k] + (n - k) * 0.27) for k in range(n + 1)]
+        assert rates[best_prefix(probs, STEPPED)] == pytest.approx(max(rates))
+
+
+def test_trimmed_rounds_stay_exact(pair):
+    """Greedy Pacer with the cost-aware trim on a stepped curve: the target's output, with rounds trimmed (more
+    drafted than proposed: this untrained pre-verifier predicts many tokens near 0, which are dropped)."""
+    target, draft = pair("llama", "noisy")
+    pv = make_preverifier(draft, seed=2, block_size=1, decision_rule="expected_gain", trim_failed_block=True,
+                          calibration=STEPPED, max_draft_tokens=8)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    curve = [k * 0.27 + STEPPED["verify_cost"][k] for k in range(9)]
+    out = target.generate(ids, max_new_tokens=40, do_sample=False, assistant_model=draft, pacer=pv, pacer_costs=curve)
+    assert torch.equal(out, plain_greedy(target, ids, max_new_tokens=40))
+    stats = pacer_hf.last_stats(target)
+    assert stats.draft_forwards > sum(stats.draft_lengths), "some round proposed fewer tokens than it drafted"
+
+
+def test_simulated_trim_matches_the_rule_and_charges_the_drafting():
+    """The replay's trimmed rounds: each one's proposal is `best_prefix` of its drafted tokens, verified at the
+    proposed width with every drafted token's cost paid; untrimmed, the same as the stop-only speedup."""
+    import numpy as np
+
+    from pacer_hf.costs import CostModel
+    from pacer_hf.modeling_pacer import best_prefix
+    from pacer_hf.training.simulate import speedup, trimmed_lengths
+
+    rng = np.random.default_rng(1)
+    probs = rng.uniform(0.02, 0.99, (50, 8))
+    acc = (rng.random((50, 8)) < probs).astype(float)
+    costs = CostModel.from_calibration(STEPPED)
+    drafted = rng.integers(1, 9, 50)
+    proposed = trimmed_lengths(probs, drafted, costs)
+    assert proposed.tolist() == [best_prefix(p[:n].tolist(), costs.as_calibration()) for p, n in zip(probs, drafted)]
+    assert (proposed < drafted).any() and (proposed <= drafted).all()
+    assert speedup(acc, drafted, costs, proposed=drafted) == speedup(acc, drafted, costs)
+    survive = np.cumprod(acc, axis=1)
+    tokens = sum(1 + survive[r, :k].sum() for r, k in enumerate(proposed))
+    time = sum(n * 0.27 + STEPPED["verify_cost"][k] for n, k in zip(drafted, proposed))
+    assert speedup(acc, drafted, costs, proposed=proposed) == pytest.approx(tokens / time)
+
+
 def test_calibration_prefers_the_cost_aware_rule_within_the_margin():
     """best_setting picks expected_gain unless a fitted threshold wins by more than the margin."""
     import numpy as np

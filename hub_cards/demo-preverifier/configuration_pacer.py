@@ -33,10 +33,12 @@ class PacerConfig(PretrainedConfig):
             unit of time, under the cost model in `calibration` (set by `pacer-hf calibrate`).
         input_mode (`str`): `"both"`, `"hidden"` (draft hidden states only) or `"features"`
             (draft-distribution features only); used by the ablations.
-        trim_failed_block (`bool`): greedy only: cut a failed block to its predicted-accepted prefix
-            instead of sending it whole. Never exact for sampling, so generate refuses it there.
-        trim_cutoff (`float`): with `trim_failed_block`, a failed block keeps its tokens up to the first
-            one whose predicted acceptance probability is below this.
+        trim_failed_block (`bool`): greedy only: a stopped round proposes a prefix of its drafted tokens instead of
+            sending them all: under `"expected_gain"` the prefix with the best expected rate under the costs
+            (the drafting paid), else the failed block cut at `trim_cutoff`. Never exact for sampling, so generate
+            refuses it there.
+        trim_cutoff (`float`): with `trim_failed_block` and a threshold rule, a failed block keeps its tokens up
+            to the first one whose predicted acceptance probability is below this.
         reject_weight (`float`): loss weight of the reject class (label 0) in training.
         draft_model (`str`): name or path of the draft this pre-verifier was built or trained for.
         target_model (`str`): name or path of the target it was trained against.

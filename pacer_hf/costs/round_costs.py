@@ -65,13 +65,14 @@ class RoundCosts(CostCurve):
     that offset matter."""
 
     def __init__(self, probe: list[float], source: str, describe: dict | None = None, probe_seconds: float = 0.0,
-                 online: bool = True):
+                 online: bool = True, per_token: float | None = None):
         if not probe or min(probe) <= 0:
             raise ValueError(f"round costs must be positive numbers, one per proposal length k = 0..K; got {probe!r}.")
         super().__init__(probe, source, describe, fit="scale" if online else None, window=WINDOW,
                          min_samples=MIN_ROUNDS, refit_every=REFIT_EVERY)
         self.probe_seconds = probe_seconds
         self.online = online
+        self.per_token = per_token  # the drafting share of the base curve per proposed token (a draft's; None: lookup)
 
     @property
     def probe(self) -> list[float]:
@@ -86,6 +87,11 @@ class RoundCosts(CostCurve):
     def seconds(self) -> list[float]:
         """The current estimate per k (refitted lazily once `observe` has made a fit due)."""
         return self.values().tolist()
+
+    def token_seconds(self) -> float | None:
+        """What one drafted token adds to a round in the current estimate (the base's per-token share, scaled as the
+        rounds refine it); None where the base does not say (prompt lookup)."""
+        return None if self.per_token is None else self.fit[0] * self.per_token
 
     def table(self) -> list[float]:
         """The estimate relative to k = 0 (one plain decoding step for prompt lookup)."""
@@ -122,21 +128,26 @@ _PROCESS: dict[str, RoundCosts] = {}  # one per key: online refinements carry ov
 _FORWARDS: dict[str, tuple[list[float], float]] = {}  # key -> (seconds per verify width, probe wall time)
 
 
-def resolve_costs(mode, *, prior: list[float] | None, what: str, probe) -> RoundCosts:
+def resolve_costs(mode, *, prior: list[float] | None, what: str, probe, prior_per_token: float | None = None
+                  ) -> RoundCosts:
     """The RoundCosts a call decides with. `mode`: "measure" (probe + online), "probe", "prior" (`prior`, the
-    config's table), or a list of relative costs k = 0..K. `probe()` returns (key, describe, seconds, wall)."""
+    config's table), or a list of relative costs k = 0..K. `probe()` returns (key, describe, seconds, wall); its
+    describe's `draft_token_ms` is the probe's cost of a drafted token. `prior_per_token`: a drafted token's cost in
+    the units of `prior` and of a given list (one target step), from the config's calibration."""
     mode = check_cost_mode(mode)
     if isinstance(mode, list):
-        return RoundCosts(mode, "given", online=False)
+        return RoundCosts(mode, "given", online=False, per_token=prior_per_token)
     if mode == "prior":
         if not prior:
             raise ValueError(f"pacer_costs='prior': {what} has no cost table in its config; pass pacer_costs="
                              "'measure' (the default) to measure this machine's.")
-        return RoundCosts(list(prior), "prior", online=False)
+        return RoundCosts(list(prior), "prior", online=False, per_token=prior_per_token)
     key, describe, seconds, wall = probe()
     key = f"{mode}:{key}"
     if key not in _PROCESS:
-        _PROCESS[key] = RoundCosts(seconds, "probe", describe, wall, online=mode == "measure")
+        per_token = describe.get("draft_token_ms")
+        _PROCESS[key] = RoundCosts(seconds, "probe", describe, wall, online=mode == "measure",
+                                   per_token=None if per_token is None else per_token / 1000)
     return _PROCESS[key]
 
 

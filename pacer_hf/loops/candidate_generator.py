@@ -90,7 +90,9 @@ class PacerStoppingCriteria(StoppingCriteria):
                 self.token_logits = scored[0].float().tolist()
         stop = False
         if done:
-            costs = {"round_cost": self.costs.seconds()} if self.costs is not None else None
+            costs = None
+            if self.costs is not None:  # draft_cost: what trimming a drafted token cannot save (best_prefix)
+                costs = {"round_cost": self.costs.seconds(), "draft_cost": self.costs.token_seconds()}
             stop, self.trim = self.preverifier.decide(self.token_logits, costs)
         self.stats.preverifier_seconds += time.perf_counter() - start
         return stop
@@ -140,7 +142,8 @@ class PacerCandidateGenerator(CandidateGenerator):
         n, processed = self._draft(input_ids, budget) if budget > 0 else (0, [])
         self.stats.draft_lengths.append(n)
         self.rounds += 1
-        self.clock.handed_out(n, start if self.rounds > 1 else None)  # the first round also reads the prompt
+        # untimed: the first round (it also reads the prompt) and a trimmed one (it drafted more than it proposes)
+        self.clock.handed_out(n, start if self.rounds > 1 and len(processed) == n else None)
         if n == 0:
             return input_ids, None
         # A view: the verification loop reads the candidates before the next round writes `ids` again.

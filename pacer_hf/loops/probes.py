@@ -79,7 +79,7 @@ def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedMode
 
 
 def draft_costs(model: PreTrainedModel, draft: PreTrainedModel, preverifier, max_tokens: int, mode,
-                prior: list[float] | None) -> RoundCosts:
+                prior: list[float] | None, prior_per_token: float | None = None) -> RoundCosts:
     """A draft round proposing k = 0..max_tokens tokens: k draft steps, k pre-verifier scorings, a target
     forward over k + 1 tokens."""
     def probe():
@@ -92,10 +92,10 @@ def draft_costs(model: PreTrainedModel, draft: PreTrainedModel, preverifier, max
 
         (per_token,), draft_wall = cached_probe(draft_key, measure)
         seconds = [verify[k] + k * per_token for k in range(max_tokens + 1)]
-        describe = {**describe, "draft_token_ms": round(1000 * per_token, 3)}
+        describe = {**describe, "draft_token_ms": round(1000 * per_token, 6)}
         return hashlib.sha1((key + draft_key).encode()).hexdigest()[:16], describe, seconds, wall + draft_wall
 
-    return resolve_costs(mode, prior=prior, what="the pre-verifier", probe=probe)
+    return resolve_costs(mode, prior=prior, what="the pre-verifier", probe=probe, prior_per_token=prior_per_token)
 
 
 @torch.inference_mode()

@@ -88,7 +88,8 @@ class StrategyContext:
         if self.preverifier.config.decision_rule == "expected_gain":
             calibration = self.preverifier.config.calibration
             prior = [calibrated_round_time(calibration)(k) for k in range(max_tokens + 1)] if calibration else None
-            costs = draft_costs(self.model, self.draft, self.preverifier, max_tokens, self.costs, prior)
+            per_token = calibration["draft_cost"] + calibration.get("preverifier_cost", 0.0) if calibration else None
+            costs = draft_costs(self.model, self.draft, self.preverifier, max_tokens, self.costs, prior, per_token)
             stats.use_costs(costs)
         draft_device = self.draft.device if self.draft is not None else None
         return PacerStoppingCriteria(self.preverifier, stats, costs, draft_device=draft_device)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..costs import CostModel
-from ..modeling_pacer import expected_gain_continues
+from ..modeling_pacer import best_prefix, expected_gain_continues
 
 
 def acceptance_matrix(labels: np.ndarray) -> np.ndarray:
@@ -33,12 +33,15 @@ def expected_accepted(acc: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return csum[np.arange(acc.shape[0]), lengths]
 
 
-def speedup(acc: np.ndarray, lengths: np.ndarray, costs: CostModel, preverifier: bool = False) -> float:
+def speedup(acc: np.ndarray, lengths: np.ndarray, costs: CostModel, preverifier: bool = False,
+            proposed: np.ndarray | None = None) -> float:
     """Simulated speedup over autoregressive decoding when round r drafts lengths[r] tokens; with `preverifier`
-    every drafted token also pays `costs.preverifier_cost` (generation scores each one)."""
+    every drafted token also pays `costs.preverifier_cost` (generation scores each one). `proposed`: a trim
+    verifies only proposed[r] <= lengths[r] of them (the drafting is paid all the same)."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    tokens = expected_accepted(acc, lengths) + 1.0
-    time = costs.round_time(lengths)
+    proposed = lengths if proposed is None else np.asarray(proposed, dtype=np.int64)
+    tokens = expected_accepted(acc, proposed) + 1.0
+    time = costs.round_time(proposed) + (lengths - proposed) * costs.draft_cost
     if preverifier:
         time = time + lengths * costs.preverifier_cost
     return float(tokens.sum() * (1.0 + costs.ar_overhead) / time.sum())
@@ -95,12 +98,21 @@ def pacer_lengths(probs: np.ndarray, block_size: int, threshold: float, rule: st
     return lengths
 
 
+def trimmed_lengths(probs: np.ndarray, lengths: np.ndarray, costs: CostModel) -> np.ndarray:
+    """The tokens each round proposes when the expected-gain rule trims its drafted `lengths` (`best_prefix`, the
+    function `PacerPreVerifier.decide` calls with `trim_failed_block`; greedy only)."""
+    calibration = costs.as_calibration()
+    return np.array([best_prefix(row[:n], calibration) for row, n in zip(probs.tolist(), lengths.tolist())],
+                    dtype=np.int64)
+
+
 THRESHOLDS = (0.01, 0.02, *(round(x, 2) for x in np.arange(0.05, 1.0, 0.05)), 0.97, 0.99, 1.0)
 
 
 def speedup_table(acc: np.ndarray, probs: np.ndarray | None, costs: CostModel, block_size: int = 4,
-                  threshold: float = 0.5, rule: str = "block", max_gamma: int = 8) -> dict[str, float]:
-    """Fixed gamma 1..max_gamma, the oracle and (with probs) Pacer at the given setting."""
+                  threshold: float = 0.5, rule: str = "block", max_gamma: int = 8, trim: bool = False) -> dict[str, float]:
+    """Fixed gamma 1..max_gamma, the oracle and (with probs) Pacer at the given setting; with `trim` (expected_gain)
+    also Pacer trimming its stopped rounds (`pacer_trim`, `pacer_trim_mean_proposed`)."""
     table = {f"fixed-{g}": speedup(acc, fixed_lengths(acc, g), costs) for g in range(1, max_gamma + 1)}
     lengths, hard = oracle_lengths(acc)
     table["oracle"] = speedup(hard, lengths, costs)
@@ -108,6 +120,10 @@ def speedup_table(acc: np.ndarray, probs: np.ndarray | None, costs: CostModel, b
         lengths = pacer_lengths(probs, block_size, threshold, rule, costs=costs)
         table["pacer"] = speedup(acc, lengths, costs, preverifier=True)
         table["pacer_mean_draft"] = float(lengths.mean())
+        if trim and rule == "expected_gain":
+            proposed = trimmed_lengths(probs, lengths, costs)
+            table["pacer_trim"] = speedup(acc, lengths, costs, preverifier=True, proposed=proposed)
+            table["pacer_trim_mean_proposed"] = float(proposed.mean())
     return table
 
 
