@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocabulary-size", type=int, default=32768)
     parser.add_argument("--agreement-drop", type=float, default=0.02,
                         help="largest fall in held-out greedy agreement a cheaper draft may cost")
-    parser.add_argument("--preverifier-max-tokens", type=int, default=12)
+    parser.add_argument("--preverifier-max-tokens", type=int, default=24)
     parser.add_argument("--preverifier-epochs", type=float, default=8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
