@@ -3,9 +3,9 @@
 Answers "does the pre-verifier trained for this mode beat the one a call would otherwise fall back on?" without a
 timed run: every pre-verifier is scored on the report half of the held-out traces (the half `train_calibrate_ship`
 reports on), with the costs recorded by the first one's calibration, and its shipped rule (block size, rule,
-threshold) simulated (`training.simulate.speedup_table`). Prints and saves AUC, ECE, the simulated speedup over the
-target alone, the mean draft and the best fixed γ; for an expected-gain rule also the same rule trimming its stopped
-rounds (`trim_failed_block`, greedy only). `--costs` replays under another measured cost model instead (a bench
+threshold) simulated (`training.simulate.speedup_table`, fixed γ up to the traces' round length). Prints and saves
+AUC, ECE, the simulated speedup over the target alone, the mean draft and the best fixed γ; for an expected-gain
+rule also the same rule trimming its stopped rounds (`trim_failed_block`, greedy only). `--costs` replays under another measured cost model instead (a bench
 record's `run.json`, whose "costs" it reads, or a calibration-style JSON dict).
 
     python scripts/replay_preverifiers.py --traces runs/qwen_coder/work/traces-sampled-heldout \
@@ -48,7 +48,7 @@ def main() -> None:
         config = module.config
         probs, labels = predict_probs(module, data)
         table = speedup_table(acceptance_matrix(labels), probs, costs, config.block_size, config.threshold or 0.0,
-                              config.decision_rule, max_gamma=8, trim=True)
+                              config.decision_rule, max_gamma=labels.shape[1], trim=True)
         auc, ece = auc_ece(probs, labels)
         fixed = {k: v for k, v in table.items() if k.startswith("fixed-")}
         best = max(fixed, key=fixed.get)
