@@ -5,7 +5,8 @@ timed run: every pre-verifier is scored on the report half of the held-out trace
 reports on), with the costs recorded by the first one's calibration, and its shipped rule (block size, rule,
 threshold) simulated (`training.simulate.speedup_table`, fixed γ up to the traces' round length). Prints and saves
 AUC, ECE, the simulated speedup over the target alone, the mean draft and the best fixed γ; for an expected-gain
-rule also the same rule trimming its stopped rounds (`trim_failed_block`, greedy only). `--costs` replays under another measured cost model instead (a bench
+rule also the same rule trimming its stopped rounds (`trim_failed_block`, greedy only). A pre-verifier whose
+`max_draft_tokens` is below the traces' round length is scored on the rounds' first tokens, where its rounds end. `--costs` replays under another measured cost model instead (a bench
 record's `run.json`, whose "costs" it reads, or a calibration-style JSON dict).
 
     python scripts/replay_preverifiers.py --traces runs/qwen_coder/work/traces-sampled-heldout \
@@ -15,6 +16,7 @@ record's `run.json`, whose "costs" it reads, or a calibration-style JSON dict).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 
 from pacer_hf.costs import CostModel
@@ -22,6 +24,21 @@ from pacer_hf.generation import load_preverifier
 from pacer_hf.training.collect import load_traces
 from pacer_hf.training.simulate import acceptance_matrix, speedup_table
 from pacer_hf.training.train import auc_ece, predict_probs, prepare, split_by_text
+
+
+def scored(module, data) -> tuple:
+    """(predicted acceptance, labels): a pre-verifier with a shorter horizon than the traces' rounds scores their
+    first `max_draft_tokens` tokens, where its rounds end (the simulated rule stops there); labels stay whole for the
+    fixed lengths and the oracle."""
+    width = module.config.max_draft_tokens
+    labels = data.columns["labels"]
+    if width >= labels.shape[1]:
+        return predict_probs(module, data)
+    short = copy.copy(data)
+    short.columns = {name: column[:, :width] if column.dim() > 2 else column  # per-token columns; loop state whole
+                     for name, column in data.columns.items() if name != "labels"}
+    short.columns["labels"] = labels[:, :width]
+    return predict_probs(module, short)[0], labels.numpy()
 
 
 def main() -> None:
@@ -46,10 +63,10 @@ def main() -> None:
                "costs": costs.as_calibration(), "preverifiers": {}}
     for path, module in zip(args.preverifiers, modules):
         config = module.config
-        probs, labels = predict_probs(module, data)
+        probs, labels = scored(module, data)
         table = speedup_table(acceptance_matrix(labels), probs, costs, config.block_size, config.threshold or 0.0,
                               config.decision_rule, max_gamma=labels.shape[1], trim=True)
-        auc, ece = auc_ece(probs, labels)
+        auc, ece = auc_ece(probs, labels[:, : probs.shape[1]])
         fixed = {k: v for k, v in table.items() if k.startswith("fixed-")}
         best = max(fixed, key=fixed.get)
         row = {"rule": f"{config.decision_rule} b={config.block_size}", "auc": round(auc, 4), "ece": round(ece, 4),
