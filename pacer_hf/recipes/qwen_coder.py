@@ -199,7 +199,8 @@ training answers; `-with-head`: the output head in int8 too. docs/QWEN_CODER.md.
 
 def stage_preverifier(args: argparse.Namespace, work: Path, target, draft, out: Path, sampled: bool = False) -> Path:
     """Traces of the shipped cheap draft along the target's greedy answers (held-out answers apart), Trainer,
-    costs measured here, the stop rule chosen on half the held-out answers and reported on the other half.
+    costs measured here, the expected-gain rule's block size chosen on half the held-out answers and reported on the
+    other half.
     `sampled`: the same along its T = 1 answers, each drafted token sampled and labelled min(1, p/q)
     (`collect_along_answers(temperature=1.0)`), shipped as the sampling pre-verifier."""
     from ..training.collect import read_manifest
@@ -224,7 +225,8 @@ def stage_preverifier(args: argparse.Namespace, work: Path, target, draft, out: 
                                 draft_name="Qwen/Qwen2.5-Coder-0.5B-Instruct (hub_cards/qwen-coder-draft)",
                                 target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", epochs=args.preverifier_epochs,
                                 seed=args.seed, cost_repeats=7,
-                                loop_costs={"new_tokens": 32, "gammas": (2, 4, 6, 8), "repeats": 1})
+                                loop_costs={"new_tokens": 32, "gammas": (2, 4, 6, 8), "repeats": 1},
+                                rules=("expected_gain",))  # a threshold fitted to one hour's costs stays put
 
 
 def run(args: argparse.Namespace) -> int:
