@@ -326,17 +326,24 @@ def calibrated_round_time(costs: dict):
     return lambda k: k * (draft + call) + round_cost(table, k) + overhead
 
 
+def expected_tokens(probs: list[float]) -> list[float]:
+    """Per k = 0..len(probs): the expected tokens of a round proposing the first k drafted tokens, the target's own
+    included: 1 + sum_{i<k} prod_{j<=i} probs[j] (`probs[i]`: token i accepted given those before it were)."""
+    tokens, alive = [1.0], 1.0
+    for x in probs:
+        alive *= x
+        tokens.append(tokens[-1] + alive)
+    return tokens
+
+
 def best_prefix(probs: list[float], costs: dict) -> int:
     """How many of the `len(probs)` drafted tokens to propose (greedy only): the prefix k with the most expected
     tokens, 1 + sum_{i<k} prod_{j<=i} probs[j], per unit of time, where a round that drafted n tokens and proposes k
     costs time(k) + (n - k) * (draft_cost + preverifier_cost): the drafting is paid, only the verify width changes.
     Ties keep the longer prefix."""
-    time, n = calibrated_round_time(costs), len(probs)
+    time, n, tokens = calibrated_round_time(costs), len(probs), expected_tokens(probs)
     per_token = costs["draft_cost"] + costs.get("preverifier_cost", 0.0)
-    best, best_rate, tokens, alive = n, -1.0, [1.0], 1.0
-    for x in probs:
-        alive *= x
-        tokens.append(tokens[-1] + alive)
+    best, best_rate = n, -1.0
     for k in range(n, -1, -1):
         rate = tokens[k] / (time(k) + (n - k) * per_token)
         if rate > best_rate * (1 + 1e-9):
@@ -367,12 +374,8 @@ def rows_continue(probs: list[list[float]], open_rows: list[bool], block_size: i
     n = max(len(p) for p in probs)
     survival, future, tokens = [], [], 0.0
     for p, open_row in zip(probs, open_rows):
-        alive = 1.0
-        tokens += 1.0
-        for x in p:
-            alive *= x
-            tokens += alive
-        survival.append(alive if open_row else 0.0)
+        tokens += expected_tokens(p)[-1]
+        survival.append(math.prod(p) if open_row else 0.0)
         future.append(sum(p[-block_size:]) / max(len(p[-block_size:]), 1))
     rate_now = tokens / time(n)
     for extra in range(1, (max_tokens - n) // block_size + 1):

@@ -131,9 +131,10 @@ _FORWARDS: dict[str, tuple[list[float], float]] = {}  # key -> (seconds per veri
 def resolve_costs(mode, *, prior: list[float] | None, what: str, probe, prior_per_token: float | None = None
                   ) -> RoundCosts:
     """The RoundCosts a call decides with. `mode`: "measure" (probe + online), "probe", "prior" (`prior`, the
-    config's table), or a list of relative costs k = 0..K. `probe()` returns (key, describe, seconds, wall); its
-    describe's `draft_token_ms` is the probe's cost of a drafted token. `prior_per_token`: a drafted token's cost in
-    the units of `prior` and of a given list (one target step), from the config's calibration."""
+    config's table), or a list of relative costs k = 0..K. `probe()` returns (key, describe, seconds, wall,
+    per_token): per_token is the probe's seconds of one drafted token (None where nothing is drafted).
+    `prior_per_token`: a drafted token's cost in the units of `prior` and of a given list (one target step), from
+    the config's calibration."""
     mode = check_cost_mode(mode)
     if isinstance(mode, list):
         return RoundCosts(mode, "given", online=False, per_token=prior_per_token)
@@ -142,18 +143,16 @@ def resolve_costs(mode, *, prior: list[float] | None, what: str, probe, prior_pe
             raise ValueError(f"pacer_costs='prior': {what} has no cost table in its config; pass pacer_costs="
                              "'measure' (the default) to measure this machine's.")
         return RoundCosts(list(prior), "prior", online=False, per_token=prior_per_token)
-    key, describe, seconds, wall = probe()
+    key, describe, seconds, wall, per_token = probe()
     key = f"{mode}:{key}"
     if key not in _PROCESS:
-        per_token = describe.get("draft_token_ms")
-        _PROCESS[key] = RoundCosts(seconds, "probe", describe, wall, online=mode == "measure",
-                                   per_token=None if per_token is None else per_token / 1000)
+        _PROCESS[key] = RoundCosts(seconds, "probe", describe, wall, online=mode == "measure", per_token=per_token)
     return _PROCESS[key]
 
 
 def lookup_costs(model: PreTrainedModel, max_tokens: int, mode, prior: list[float] | None) -> RoundCosts:
     """Prompt lookup proposing k = 0..max_tokens tokens: a target forward over k + 1 tokens per round."""
-    return resolve_costs(mode, prior=prior, what="the lookup gate", probe=lambda: forward_costs(model, max_tokens + 1))
+    return resolve_costs(mode, prior=prior, what="the lookup gate", probe=lambda: (*forward_costs(model, max_tokens + 1), None))
 
 
 def cached_probe(key: str, measure) -> tuple[list[float], float]:

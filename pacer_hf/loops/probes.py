@@ -93,7 +93,7 @@ def draft_costs(model: PreTrainedModel, draft: PreTrainedModel, preverifier, max
         (per_token,), draft_wall = cached_probe(draft_key, measure)
         seconds = [verify[k] + k * per_token for k in range(max_tokens + 1)]
         describe = {**describe, "draft_token_ms": round(1000 * per_token, 6)}
-        return hashlib.sha1((key + draft_key).encode()).hexdigest()[:16], describe, seconds, wall + draft_wall
+        return hashlib.sha1((key + draft_key).encode()).hexdigest()[:16], describe, seconds, wall + draft_wall, per_token
 
     return resolve_costs(mode, prior=prior, what="the pre-verifier", probe=probe, prior_per_token=prior_per_token)
 
