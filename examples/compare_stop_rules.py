@@ -10,7 +10,8 @@ warm-up call each, and every output is checked against plain decoding
 (`pacer_hf.training.validate.compare_in_generate`). `--pair qwen2.5-coder` runs the Qwen2.5-Coder pair (its cheap draft)
 on the benchmark's code chat categories, with its shipped pre-verifier when no folder is given. Prints tokens/s and speed over the target alone per category,
 the median over categories, and each setting's speed over the best fixed γ of the same category; writes them as
-JSON with --out.
+JSON with --out. `--hf` adds transformers' own schedules, as the benchmark runs them: `hf-confidence` (the default
+dynamic one) and `hf-heuristic`.
 
 --oracle adds a stop criterion that knows the target's greedy continuation (decoded once per prompt, untimed) and
 ends each round at the first drafted token the target will reject, capped at the first pre-verifier's
@@ -31,6 +32,7 @@ from typing import ClassVar
 import torch
 
 import pacer_hf
+from pacer_hf.bench.strategies import call_context, resolve_strategies
 from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
 from pacer_hf.data.prompts import CATEGORIES, build_prompts
 from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
@@ -105,6 +107,7 @@ def main() -> None:
     parser.add_argument("preverifiers", nargs="*", help="pre-verifier folders")
     parser.add_argument("--gammas", default="1,2,3,4")
     parser.add_argument("--oracle", action="store_true", help="add the measured oracle stop rules")
+    parser.add_argument("--hf", action="store_true", help="add transformers' hf-confidence and hf-heuristic schedules")
     parser.add_argument("--prompts", type=int, default=3, help="prompts per category")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -125,13 +128,19 @@ def main() -> None:
     if args.oracle:
         cap = first.config.max_draft_tokens if first is not None else max(gammas)
         settings.update({"oracle": OracleStopConfig(cap, trim=False), "oracle-trim": OracleStopConfig(cap, trim=True)})
+    contexts = {}
+    hf = [s for s in resolve_strategies(["hf-confidence", "hf-heuristic"], False) if s.family == "hf"]
+    for strategy in hf if args.hf else ():
+        settings[strategy.name] = False  # transformers' own assisted generation, its schedule set per call
+        contexts[strategy.name] = lambda s=strategy: call_context(s, pair.target, pair.draft)
     results: dict[str, dict] = {}
     for category, chosen in prompts.items():
         ids = [list(p.ids) for p in chosen]
         for prompt in ids if args.oracle else ():
             out = pair.target.generate(torch.tensor([prompt]), max_new_tokens=args.max_new_tokens, do_sample=False)
             REFERENCES[tuple(prompt)] = out[0].tolist()
-        rows = compare_in_generate(pair.target, pair.draft, ids, settings, args.runs, args.max_new_tokens, warmup=True)
+        rows = compare_in_generate(pair.target, pair.draft, ids, settings, args.runs, args.max_new_tokens, warmup=True,
+                                   contexts=contexts)
         best_fixed = max(row["vs_ar"] for name, row in rows.items() if name.startswith("sd-fixed"))
         gap = rows["oracle-trim"]["vs_ar"] - best_fixed if args.oracle else 0.0
         for name, row in rows.items():

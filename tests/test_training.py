@@ -7,6 +7,7 @@ numerical near-tie.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -353,3 +354,30 @@ def test_round_costs_measured_in_generate_and_validation_on_the_clock(tiny_pair,
     assert set(rows) == {"ar", "sd-fixed-2", "pacer"} and rows["ar"]["vs_ar"] == 1.0
     assert rows["sd-fixed-2"]["mean_draft"] == pytest.approx(2.0, abs=0.5) and rows["pacer"]["tokens_per_s"] > 0
     assert rows["ar"]["tau"] == 1.0 and rows["sd-fixed-2"]["tau"] > 1.0 and 0 < rows["sd-fixed-2"]["alpha"] <= 1
+
+
+def test_compare_in_generate_runs_transformers_own_schedule_in_its_context(tiny_pair):
+    """pacer=False is transformers' assisted generation with the draft, its schedule set by the setting's context
+    for each call (and put back after it); its output is checked against the target's like every setting's."""
+    from contextlib import contextmanager
+
+    from pacer_hf.bench.strategies import draft_generation_config
+    from pacer_hf.training.validate import compare_in_generate
+
+    target, draft = tiny_pair
+    entered, seen = [], []
+    before = draft.generation_config.num_assistant_tokens
+
+    @contextmanager
+    def constant_two():
+        with draft_generation_config(draft, {"num_assistant_tokens": 2, "num_assistant_tokens_schedule": "constant",
+                                             "assistant_confidence_threshold": 0.0}):
+            entered.append(True)
+            seen.append(draft.generation_config.num_assistant_tokens)
+            yield
+
+    rows = compare_in_generate(target, draft, corpus(2, 10, seed=3), {"hf-2": False}, runs=1, max_new_tokens=8,
+                               warmup=True, contexts={"hf-2": constant_two})
+    assert len(entered) == 3 and set(seen) == {2}  # the warm-up call and one per prompt
+    assert draft.generation_config.num_assistant_tokens == before
+    assert rows["hf-2"]["tokens_per_s"] > 0 and math.isnan(rows["hf-2"]["tau"])

@@ -9,6 +9,8 @@ checks each greedy output against plain decoding, and returns tokens/s and speed
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import Any
 
@@ -22,33 +24,41 @@ from ..generation import EnabledState, disable, enable, last_stats
 @torch.inference_mode()
 def compare_in_generate(target: PreTrainedModel, draft: PreTrainedModel, prompts: list[list[int]],
                         settings: dict[str, Any], runs: int = 2, max_new_tokens: int = 64, warmup: bool = False,
+                        contexts: dict[str, Callable[[], AbstractContextManager]] | None = None,
                         **generate_kwargs) -> dict[str, dict]:
-    """`settings`: name -> `pacer=` value (None: the target alone, always run as "ar"). Greedy decoding.
+    """`settings`: name -> `pacer=` value (None: the target alone, always run as "ar"; False: transformers' own
+    assisted generation with `draft`, whose schedule `contexts[name]` sets). Greedy decoding.
 
     `warmup` runs every setting once on the first prompt first (untimed: the lean draft forward's one-time
-    check); `generate_kwargs` go to every call (e.g. `min_new_tokens`). Returns name -> {"tokens_per_s",
-    "vs_ar", "mean_draft", "tau", "alpha"} over all prompts and runs (tau, alpha: means over calls)."""
+    check); `contexts`: name -> a context manager factory each call of that setting runs in; `generate_kwargs` go
+    to every call (e.g. `min_new_tokens`). Returns name -> {"tokens_per_s", "vs_ar", "mean_draft", "tau",
+    "alpha"} over all prompts and runs (tau, alpha: means over calls; not recorded for pacer=False)."""
     enabled_here = EnabledState(target).plain_generate is None
     enable(target)
     settings = {"ar": None, **settings}
     tokens, seconds = dict.fromkeys(settings, 0), dict.fromkeys(settings, 0.0)
     recorded: dict[str, list[tuple[float, float, float]]] = {name: [] for name in settings}  # draft, tau, alpha
     try:
-        for pacer in settings.values() if warmup else ():
-            target.generate(torch.tensor([prompts[0]], device=target.device), max_new_tokens=4, do_sample=False,
-                            assistant_model=draft if pacer is not None else None, pacer=pacer)
+        def call(name: str, pacer, inputs: torch.Tensor, max_new_tokens: int, **kwargs):
+            with (contexts or {}).get(name, nullcontext)():
+                return timed(partial(target.generate, inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                                     assistant_model=draft if pacer is not None else None, pacer=pacer, **kwargs),
+                             target.device)
+
+        for name, pacer in settings.items() if warmup else ():
+            call(name, pacer, torch.tensor([prompts[0]], device=target.device), 4)
         for _ in range(runs):
             for ids in prompts:
                 inputs, expected = torch.tensor([ids], device=target.device), None
                 for name, pacer in settings.items():
-                    elapsed, out = timed(partial(
-                        target.generate, inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                        assistant_model=draft if pacer is not None else None, pacer=pacer, **generate_kwargs),
-                        target.device)
+                    elapsed, out = call(name, pacer, inputs, max_new_tokens, **generate_kwargs)
                     seconds[name] += elapsed
                     tokens[name] += out.shape[1] - inputs.shape[1]
-                    stats = last_stats(target) if pacer is not None else None
-                    recorded[name].append((stats.mean_draft_len, stats.tau, stats.alpha) if stats else (0.0, 1.0, 0.0))
+                    if pacer is False:  # transformers' own loop keeps no pacer_hf stats
+                        recorded[name].append((float("nan"),) * 3)
+                    else:
+                        stats = last_stats(target) if pacer is not None else None
+                        recorded[name].append((stats.mean_draft_len, stats.tau, stats.alpha) if stats else (0.0, 1.0, 0.0))
                     expected = out if expected is None else expected
                     if not torch.equal(out, expected):
                         raise AssertionError(f"pacer={name!r} changed a greedy output: a bug, please report it.")
