@@ -446,7 +446,7 @@ def test_model_card_renders_and_validates(hub, tmp_path):
     metrics = {"datasets": ["org/corpus"], "hardware": "2-core CPU, torch 2.13",
                "speedup": [{"method": "pacer", "tokens_per_s": 120.5, "speedup": 1.31},
                            {"method": "sd-fixed-4", "tokens_per_s": 101.0, "speedup": 1.1}],
-               "command": "pacer-hf bench --pair demo"}
+               "command": "pacer-hf bench --pair demo", "conditions": "nothing else running"}
     (tmp_path / "trained" / "pacer_metrics.json").write_text(json.dumps(metrics))
     card = _validate_card(hub, render_preverifier_card(tmp_path / "trained", "org/pv2"))
     text = card.text
@@ -455,7 +455,7 @@ def test_model_card_renders_and_validates(hub, tmp_path):
     assert "| cost ratio c = t(draft step) / t(target step) | 0.125 |" in text and "| threshold | 0.3 |" in text
     assert "| epochs | 2 |" in text and "| auc | 0.8 |" in text and "measured: context 64" in text
     assert "| pacer | 1.4 |" in simulated and "not timed" in simulated and "120.5" not in simulated
-    assert "| pacer | 120.5 | 1.31 |" in measured and "Measured on: 2-core CPU, torch 2.13" in measured
+    assert "| pacer | 120.5 | 1.31 |" in measured and "Measured on: 2-core CPU, torch 2.13 (nothing else running)." in measured
 
     status, answer = _api(hub, "/api/validate-yaml", {"content": "---\ntags: 5\nbase_model: ./local\n---\n"})
     assert status == 400 and len(answer["errors"]) == 2  # the server's validator does reject bad metadata

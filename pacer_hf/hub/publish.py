@@ -171,7 +171,8 @@ def _speedup_section(metrics: dict, hardware: str | None) -> str:
         return (f"Wall-clock speedup: {NOT_MEASURED}. Speedup depends on the hardware and the (draft, target) "
                 "pair; measure it on yours before relying on it.")
     rows = speedup if isinstance(speedup, list) else [speedup]
-    section = f"Measured on: {hardware or 'hardware not recorded'}.\n\n{_table(rows)}"
+    conditions = f" ({metrics['conditions']})" if metrics.get("conditions") else ""
+    section = f"Measured on: {hardware or 'hardware not recorded'}{conditions}.\n\n{_table(rows)}"
     if metrics.get("command"):
         section += f"\n\nReproduce with: `{metrics['command']}`"
     return section
