@@ -16,7 +16,8 @@ PROBE = [1.0, 2.0, 1.5, 4.0]
 
 def test_scale_policy_reproduces_round_costs_fit():
     """fit="scale" on synthetic rounds (3 x base + 0.5, with noise per length) gives RoundCosts' estimate, and that
-    estimate is the closed-form weighted least squares over the per-length medians."""
+    estimate is the closed-form weighted least squares over the per-length medians of the proposing rounds, with
+    the rounds that propose nothing at their own median."""
     curve = CostCurve(PROBE, "probe", fit="scale", min_samples=round_costs.MIN_ROUNDS,
                       refit_every=round_costs.REFIT_EVERY, window=round_costs.WINDOW)
     rounds = RoundCosts(PROBE, "probe")
@@ -30,14 +31,35 @@ def test_scale_policy_reproduces_round_costs_fit():
         rounds.observe(k, seconds)
     assert rounds.seconds() == pytest.approx(list(curve.values()))
     assert rounds.fit == pytest.approx(curve.params)
-    ks = sorted({k for k, _ in observed})
+    ks = sorted({k for k, _ in observed if k > 0})
     medians = np.array([np.median([s for k2, s in observed if k2 == k]) for k in ks])
+    assert curve.values()[0] == np.median([s for k, s in observed if k == 0])
     counts = np.array([sum(k2 == k for k2, _ in observed) for k in ks], dtype=float)
     design = np.stack([np.array(PROBE)[ks], np.ones(len(ks))], 1) * np.sqrt(counts)[:, None]
     (scale, offset), *_ = np.linalg.lstsq(design, medians * np.sqrt(counts), rcond=None)
     assert curve.params == pytest.approx((scale, offset))
     assert 2.5 < scale < 3.5 and offset > 0
     assert fit_scale(np.array(PROBE)[[1]], np.array([4.0]), np.array([3.0])) == (2.0, 0.0), "one length: scale only"
+
+
+def test_a_round_that_proposes_nothing_keeps_its_own_cost():
+    """Proposing rounds carry per-round work a plain step does not (verifying, cropping the cache): with both kinds
+    observed, cost(0) is the plain rounds' median and the fit runs over the proposing ones, so proposing one token
+    costs what it measured, not a share of it spread over the scale. Before x = 0 holds min_samples rounds, the
+    fit takes every length."""
+    base = [1.0, 1.1, 1.15, 1.2, 1.3]
+    truth = [1.0] + [1.05 * b + 0.25 for b in base[1:]]  # x >= 1: the extra quarter step of a proposing round
+    curve = CostCurve(base, fit="scale", min_samples=3, refit_every=1)
+    for k in (1, 2, 4, 1, 2, 4):
+        curve.observe(k, truth[k])
+    curve.observe(0, 1.0)
+    early = curve.values().copy()
+    assert early[0] != pytest.approx(1.0)  # one plain round: still inside the fit
+    for _ in range(2):
+        curve.observe(0, 1.0)
+    table = curve.values()
+    assert table[0] == pytest.approx(1.0) and list(table[1:]) == pytest.approx(truth[1:])
+    assert table[1] - table[0] == pytest.approx(0.405) and early[1] - early[0] < 0.3  # the fit over all lengths hid it
 
 
 def test_scale_policy_waits_for_min_samples_and_ignores_lengths_past_the_table():

@@ -10,7 +10,9 @@ observations per x (`observe`) and refines the base by one policy, `fit`:
              counts, once `min_samples` observations are kept in all, refitted every `refit_every` after that. The
              base keeps the curve's shape (which widths this machine's kernels make slow), the observations supply
              its scale and the per-round work the base leaves out (costs/round_costs.py says why medians per x
-             alone are no curve for a round).
+             alone are no curve for a round). x = 0 is a round that proposes nothing, a plain step without the
+             verification's per-round work: once it and the x >= 1 rounds each hold `min_samples` observations,
+             the latter at two lengths or more, the fit runs over x >= 1 and cost(0) is its own median.
 - `"line"`:  a weighted least-squares line through the per-x medians (slope >= 0), the median itself at an x with
              `min_samples` observations, and never below the median of a smaller such x (noise must not make more
              tokens look cheaper). With one x measured, a prior line through it whose extra token costs
@@ -104,15 +106,23 @@ class CostCurve:
         return table
 
     def _fit(self, upto: int) -> np.ndarray:
+        alone = None  # the median of x = 0, when it stands apart from the fit
         if self.policy == "scale" and self.refined():
             xs, medians, counts = self.medians()
+            proposing = xs > 0
+            if (xs[0] == 0 and counts[0] >= self.min_samples and proposing.sum() >= 2
+                    and counts[proposing].sum() >= self.min_samples):
+                alone, xs, medians, counts = medians[0], xs[proposing], medians[proposing], counts[proposing]
             self.params = fit_scale(np.asarray(self.base)[xs], medians, counts)
         elif self.policy == "line" and self.samples:
             return self._fit_line(max(2 * upto, 64))
         if self.base is None:
             return np.arange(max(2 * upto, 64), dtype=np.float64)  # one unit per x
         scale, offset = self.params or (1.0, 0.0)
-        return scale * np.asarray(self.base) + offset
+        table = scale * np.asarray(self.base) + offset
+        if alone is not None:
+            table[0] = alone
+        return table
 
     def _fit_line(self, size: int) -> np.ndarray:
         xs, medians, counts = self.medians()
