@@ -129,8 +129,8 @@ def main() -> None:
         cap = first.config.max_draft_tokens if first is not None else max(gammas)
         settings.update({"oracle": OracleStopConfig(cap, trim=False), "oracle-trim": OracleStopConfig(cap, trim=True)})
     contexts = {}
-    hf = [s for s in resolve_strategies(["hf-confidence", "hf-heuristic"], False) if s.family == "hf"]
-    for strategy in hf if args.hf else ():
+    hf = [s for s in resolve_strategies(["hf-confidence", "hf-heuristic"], False) if s.family == "hf"] if args.hf else []
+    for strategy in hf:
         settings[strategy.name] = False  # transformers' own assisted generation, its schedule set per call
         contexts[strategy.name] = lambda s=strategy: call_context(s, pair.target, pair.draft)
     results: dict[str, dict] = {}

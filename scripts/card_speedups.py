@@ -16,8 +16,9 @@ import json
 import re
 from pathlib import Path
 
-import yaml
+from huggingface_hub import ModelCard
 
+from pacer_hf.bench.report import load_results
 from pacer_hf.hub.publish import METRICS_FILE, render_preverifier_card
 
 KEPT = ("pacer", "hf-confidence", "hf-heuristic")
@@ -42,10 +43,9 @@ def speedup_rows(results: list[dict], temperature: float) -> list[dict]:
 
 def card_datasets(readme: Path) -> list[str]:
     """The `datasets` list of a rendered card's YAML header (kept when the card is rendered again)."""
-    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
-    if not text.startswith("---"):
+    if not readme.is_file():
         return []
-    return list(yaml.safe_load(text.split("---")[1]).get("datasets") or [])
+    return list(ModelCard.load(readme).data.to_dict().get("datasets") or [])
 
 
 def main() -> None:
@@ -55,11 +55,10 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, required=True, help="the rows' temperature (0 or 1)")
     parser.add_argument("--where", required=True, help="what else the machine was doing (one phrase)")
     args = parser.parse_args()
-    results = json.loads((args.bench / "results.json").read_text())
-    run = json.loads((args.bench / "run.json").read_text())
+    results, run = load_results(args.bench)
     machine = run["machine"]
     hardware = (f"{machine['physical_cores']}-core {machine['cpu']}, {machine['torch_threads']} torch thread(s), torch "
-                f"{machine['torch']}, transformers {machine['transformers']}, float32")
+                f"{machine['torch']}, transformers {machine['transformers']}, {run['dtype'].removeprefix('torch.')}")
     command = re.sub(r"--out \S+", f"--out {args.bench}", run["command"])  # where the results are kept
     datasets = card_datasets(args.card / "README.md")
     metrics = {"command": command, "hardware": hardware, "conditions": args.where,
