@@ -9,16 +9,18 @@ from pathlib import Path
 
 import torch
 
+from ..configuration_pacer import DECISION_RULES
+
 
 def train_calibrate_ship(target, draft, traces: dict, trained: Path, shipped: Path, dataset: str, *,
                          draft_name: str, target_name: str, epochs: float, seed: int, threads: int | None = None,
-                         cost_repeats: int = 15, loop_costs: dict | None = None, rules: tuple[str, ...] | None = None
-                         ) -> Path:
+                         cost_repeats: int = 15, loop_costs: dict | None = None,
+                         rules: tuple[str, ...] = DECISION_RULES) -> Path:
     """Trainer on traces["train"] (skipped when `trained` holds a model), costs measured here (`cost_repeats`
     interleaved repeats; `loop_costs`: keyword arguments of `measure_loop_costs`), the rule chosen on half of the
     held-out answers and reported on the other half; `shipped` gets the calibrated pre-verifier and its card.
     `threads`: torch threads while the costs are measured (as the pair will run; None: as set). `rules`: the decision
-    rules the calibration may choose among (None: all)."""
+    rules the calibration may choose among."""
     from ..generation import load_preverifier
     from ..hub.publish import build_preverifier_repo
     from ..loops.probes import measure_costs
@@ -43,8 +45,7 @@ def train_calibrate_ship(target, draft, traces: dict, trained: Path, shipped: Pa
                 "costs": f"measured: context 128, {cost_repeats} interleaved repeats, medians; draft step and loop "
                          "overheads measured inside generate", "draft_model": draft_name, "target_model": target_name}
     costs = measure_loop_costs(target, draft, costs, **(loop_costs or {}))
-    report = calibrate_preverifier(preverifier, choose, costs, measured=measured, report_traces=report_on,
-                                   **({"rules": rules} if rules else {}))
+    report = calibrate_preverifier(preverifier, choose, costs, rules=rules, measured=measured, report_traces=report_on)
     print(format_table(report), flush=True)
     preverifier.config.draft_model, preverifier.config.target_model = draft_name, target_name
     calibrated = trained.parent / f"{trained.name}-calibrated"

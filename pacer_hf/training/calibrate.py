@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from ..configuration_pacer import DECISION_RULES
 from ..costs import CostModel, timed
 from ..generation import EnabledState, disable, enable, last_stats
 from ..loops.probes import measure_costs
@@ -121,7 +122,7 @@ def fold_platt_scaling(preverifier: PacerPreVerifier, traces, steps: int = 200) 
 
 
 def calibrate_preverifier(preverifier: PacerPreVerifier, traces, costs: CostModel, block_sizes=(1, 2, 3, 4, 6, 8),
-                          rules=("block", "cumulative", "expected_gain"), measured: dict | None = None, report_traces=None,
+                          rules=DECISION_RULES, measured: dict | None = None, report_traces=None,
                           platt: bool = True) -> dict:
     """Choose (rule, block size, threshold) maximising simulated speedup on `traces`; write them to the config.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..configuration_pacer import DECISION_RULES
 from ..costs import CostModel
 from ..modeling_pacer import best_prefix, expected_gain_continues
 
@@ -128,7 +129,7 @@ def speedup_table(acc: np.ndarray, probs: np.ndarray | None, costs: CostModel, b
 
 
 def best_setting(acc: np.ndarray, probs: np.ndarray, costs: CostModel, block_sizes=(1, 2, 3, 4, 6, 8),
-                 thresholds=THRESHOLDS, rules=("block", "cumulative", "expected_gain"),
+                 thresholds=THRESHOLDS, rules=DECISION_RULES,
                  prefer_margin: float = 0.01) -> dict:
     """The (rule, block size, threshold) with the highest simulated speedup, and the full grid.
 
