@@ -32,7 +32,7 @@ from typing import ClassVar
 import torch
 
 import pacer_hf
-from pacer_hf.bench.strategies import call_context, resolve_strategies
+from pacer_hf.bench.strategy_calls import call_context, resolve_strategies
 from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
 from pacer_hf.data.prompts import CATEGORIES, build_prompts
 from pacer_hf.loops.candidate_generator import PacerCandidateGenerator

@@ -14,7 +14,7 @@ from pacer_hf.bench import BenchConfig, BenchmarkMismatch, Prompt, run_benchmark
 from pacer_hf.bench import runner as bench_runner
 from pacer_hf.bench.metrics_core import RECORD_KEYS
 from pacer_hf.bench.report import check_out_dir, write_outputs
-from pacer_hf.bench.strategies import resolve_strategies
+from pacer_hf.bench.strategy_calls import resolve_strategies
 from pacer_hf.cli import main
 from pacer_hf.costs import CostModel
 from pacer_hf.data.prompts import check_categories

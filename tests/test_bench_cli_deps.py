@@ -15,7 +15,7 @@ import pytest
 import pacer_hf.loading as training_common
 from pacer_hf import demo
 from pacer_hf.bench import cli as bench_cli
-from pacer_hf.bench.strategies import resolve_strategies
+from pacer_hf.bench.strategy_calls import resolve_strategies
 from pacer_hf.cli import main
 
 EXTRA = "pip install 'pacer-hf[bench]'"

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pacer_hf
-from pacer_hf.candidates import SuffixCache, SuffixSource, SuffixStore, kernels
+from pacer_hf.candidates import SuffixCache, SuffixSource, SuffixStore, suffix_kernels
 from pacer_hf.candidates.suffix import CACHE, REQUEST, as_scoped, gate_features
 from pacer_hf.modeling_lookup_gate import MAX_MATCH_LENGTH, NUM_LOOKUP_FEATURES, find_lookup
 
@@ -134,10 +134,10 @@ def test_a_request_gets_nothing_from_another_scopes_text():
 
 
 def bucket(scope_id: int, ngram: list[int], table: int) -> int:
-    h = kernels._seed(scope_id)
+    h = suffix_kernels._seed(scope_id)
     for token in reversed(ngram):
-        h = kernels._mix(h, token)
-    return kernels._bucket(h, table - 1)
+        h = suffix_kernels._mix(h, token)
+    return suffix_kernels._bucket(h, table - 1)
 
 
 def test_scopes_hold_under_hash_collisions():
@@ -257,7 +257,7 @@ def test_suffix_cache_errors_name_the_fix(targets):
 
 
 def test_bench_suffix_strategies_keep_one_cache_per_strategy_and_temperature():
-    from pacer_hf.bench.strategies import BenchSuffixCaches, available_strategy_names, resolve_strategies
+    from pacer_hf.bench.strategy_calls import BenchSuffixCaches, available_strategy_names, resolve_strategies
 
     assert {"pacer-suffix", "pacer-suffix-cache"} <= set(available_strategy_names())
     named = {s.name: s for s in resolve_strategies(["pacer-suffix", "pacer-suffix-cache"], False, 8, has_draft=False)}

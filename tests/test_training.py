@@ -361,7 +361,7 @@ def test_compare_in_generate_runs_transformers_own_schedule_in_its_context(tiny_
     for each call (and put back after it); its output is checked against the target's like every setting's."""
     from contextlib import contextmanager
 
-    from pacer_hf.bench.strategies import draft_generation_config
+    from pacer_hf.bench.strategy_calls import draft_generation_config
     from pacer_hf.training.validate import compare_in_generate
 
     target, draft = tiny_pair

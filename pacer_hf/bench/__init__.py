@@ -7,7 +7,7 @@ Python API: `run_benchmark(target, draft, prompts, BenchConfig(...), preverifier
 from ..data.prompts import CATEGORIES, Prompt, build_prompts
 from .cli import add_arguments, run
 from .runner import BenchConfig, BenchmarkMismatch, BenchResult, run_benchmark
-from .strategies import Strategy, available_strategy_names, resolve_strategies
+from .strategy_calls import Strategy, available_strategy_names, resolve_strategies
 
 __all__ = ["CATEGORIES", "add_arguments", "run", "BenchConfig", "BenchResult", "BenchmarkMismatch", "Prompt", "Strategy",
            "available_strategy_names", "build_prompts", "resolve_strategies", "run_benchmark"]

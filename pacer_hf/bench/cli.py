@@ -18,7 +18,7 @@ from pathlib import Path
 from .._paths import hub_cards_dir
 from ..data.prompts import CATEGORIES, CHAT_CATEGORIES, check_categories
 from ..pairs import PAIRS
-from .strategies import Strategy, available_strategy_names, default_strategy_names, resolve_strategies
+from .strategy_calls import Strategy, available_strategy_names, default_strategy_names, resolve_strategies
 
 DEMO = {role: hub_cards_dir() / f"demo-{role}" for role in ("target", "draft", "preverifier", "preverifier-sampling")}
 BENCH_EXTRA = "pip install 'pacer-hf[bench]'"

@@ -26,7 +26,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..costs import CostModel
-from .strategies import Strategy, is_lookup_fixed, sklearn_retuning
+from .strategy_calls import Strategy, is_lookup_fixed, sklearn_retuning
 
 RECORD_KEYS = ("strategy", "category", "temperature", "tokens_per_s", "speedup_vs_ar", "tau", "alpha",
                "mean_draft_len", "preverifier_overhead", "identical_to_ar")

@@ -1,6 +1,6 @@
 """The benchmark loop: strategies interleaved per prompt in one process, warm-up excluded, runs repeated.
 
-Counting is done by the harness itself, the same way for every strategy (measure.py: one timed call, its target
+Counting is done by the harness itself, the same way for every strategy (timed_call.py: one timed call, its target
 and draft forwards counted by hooks, pacer_hf strategies' own `PacerStats` used where they report rounds); this
 module runs the calls, checks greedy outputs against `ar`, and aggregates. Its former names (`run_call`,
 `CallResult`, `ForwardCounter`, `physical_cores`, `machine_info`) are still importable from here.
@@ -29,14 +29,14 @@ from ..model_state import ModelState
 from ..modeling_pacer import PacerPreVerifier
 from ..strategies import OuroborosConfig, strategy_config
 from .machine import machine_info, physical_cores
-from .measure import CallResult, ForwardCounter, run_call
-from .strategies import (
+from .strategy_calls import (
     BenchSuffixCaches,
     Strategy,
     default_strategy_names,
     resolve_strategies,
     sklearn_retuning,
 )
+from .timed_call import CallResult, ForwardCounter, run_call
 
 __all__ = ["SCHEMA", "BenchConfig", "BenchResult", "BenchmarkMismatch", "CallResult", "ForwardCounter",
            "PoolIsolation", "histogram", "machine_info", "median_spread", "physical_cores", "preverifier_variants",

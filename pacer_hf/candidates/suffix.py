@@ -1,7 +1,7 @@
 """Lookup candidates from the request's own text and, optionally, from earlier requests: one source for
 `generate(prompt_lookup_num_tokens=N, pacer=True)` and vLLM's `PacerLookupProposer`.
 
-`SuffixStore` indexes token sequences (documents) with hash chains over their n-grams (`kernels.py`) in a ring
+`SuffixStore` indexes token sequences (documents) with hash chains over their n-grams (`suffix_kernels.py`) in a ring
 of at most `max_tokens` positions and `max_requests` documents, the oldest evicted first: appending is
 incremental and O(1) per token, memory is fixed when the store is built, and a search visits only the
 occurrences of the text's last n-gram instead of the whole text.
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..modeling_lookup_gate import MAX_MATCH_LENGTH, MAX_OCCURRENCES, LookupMatch, feature_rows
-from .kernels import FIRST_DOC, NEXT_DOC, OLDEST, START, TOTAL, append_tokens, find_suffix
+from .suffix_kernels import FIRST_DOC, NEXT_DOC, OLDEST, START, TOTAL, append_tokens, find_suffix
 
 DEFAULT_MAX_NGRAM = 4  # n-gram orders a cache indexes (the gates search up to 3)
 REQUEST, CACHE = "request", "cache"

@@ -12,9 +12,10 @@ docs/VLLM.md). The gate is pacer_hf's default one unless `$PACER_HF_VLLM_GATE` o
 module: vLLM imports it.
 """
 
+from ..costs.step_costs import StepCosts
+from .allocation import allocate
 from .environment import check_environment
 from .proposer import GATE_ENV, STATS_ENV, PacerLookupProposer
-from .step_costs import StepCosts, allocate
 
 PROPOSER_PATH = "pacer_hf.vllm.PacerLookupProposer"
 

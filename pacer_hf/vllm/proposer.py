@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from ..candidates.calibration import OnlineCalibration
+from ..costs.step_costs import StepCosts
 from ..modeling_lookup_gate import PacerLookupGate
 from .kernels import CompiledGate
-from .step_costs import StepCosts
 from .suffix_cache import ProposerCache, cache_settings
 
 GATE_ENV = "PACER_HF_VLLM_GATE"  # a lookup gate folder or Hub id; else additional_config["pacer_hf"]["gate"]

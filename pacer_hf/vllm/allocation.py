@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..costs.step_costs import EXPLORE_SLOPE, StepCosts  # noqa: F401 - the curve, importable from here as before
+from ..costs.step_costs import StepCosts
 from .kernels import best_prefixes
 
 

@@ -21,7 +21,7 @@ from ..attached import ATTACHED_SLOTS, detach
 from ..costs import timed
 from ..data.prompts import Prompt
 from ..modeling_pacer import PacerPreVerifier
-from .strategies import Strategy, call_context
+from .strategy_calls import Strategy, call_context
 
 
 @dataclass
