@@ -43,7 +43,7 @@ def main() -> None:
         "ar": {"pacer": None},
         f"sd-fixed-{args.gamma}": {"pacer": f"sd-fixed-{args.gamma}", "assistant_model": draft},
         "pacer-lookup": {"pacer": True, "prompt_lookup_num_tokens": 10},
-        "lookup+draft": {"pacer": pacer_hf.LookupConfig(use_preverifier=True, draft_tokens=args.gamma),
+        "lookup+draft": {"pacer": pacer_hf.LookupConfig(use_gate=True, draft_tokens=args.gamma),
                          "prompt_lookup_num_tokens": 10, "assistant_model": draft},
     }
     results: dict[str, dict] = {}

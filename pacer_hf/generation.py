@@ -30,6 +30,7 @@ from .generate_checks import (
     _check_inputs,
     _check_pair,
     _check_tokenizers,
+    _check_transformers_loop,
     _check_trim,
     _generation_value,
     _input_ids,
@@ -39,6 +40,7 @@ from .generate_checks import check_vocabularies as check_vocabularies  # re-expo
 from .loops.batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
 from .loops.draft_forwards import DRAFT_FORWARDS
 from .loops.lean_loop import lean_assisted_decoding
+from .loops.padded_heads import fit_generator
 from .model_state import ModelState
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
@@ -132,6 +134,8 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
         raise ValueError(
             "pacer_hf's lean verification loop does not support synced_gpus; pass pacer_loop='transformers'."
         )
+    if loop == "transformers":
+        _check_transformers_loop(self, kwargs)
     call = _resolve(self, pacer, args, kwargs, draft_forward, costs, suffix_cache)
     call.stats.loop = loop
     size = _batch_size(args, kwargs)
@@ -185,7 +189,7 @@ def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, 
             self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
             assistant_model, target_tokenizer, assistant_tokenizer,
         )
-    return call.make(generation_config, logits_processor)
+    return fit_generator(call.make(generation_config, logits_processor), self, assistant_model)
 
 
 def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict, draft_forward: str,
@@ -216,7 +220,7 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict,
             "prompt_lookup_num_tokens=<N> for prompt lookup (or pacer=None for plain decoding)."
         )
     _check_tokenizers(kwargs)
-    _check_pair(model, draft)
+    _check_pair(model, draft, kwargs)
     _check_inputs(model, args, kwargs)
     preverifier = module
     do_sample = bool(_generation_value(model, kwargs, "do_sample"))
@@ -241,14 +245,14 @@ def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: 
     # transformers' own loop (pacer_loop="transformers") asks for candidates only in assisted mode
     kwargs["prompt_lookup_num_tokens"] = config.num_tokens or DEFAULT_LOOKUP_TOKENS
     gate = None
-    if config.use_preverifier:
+    if config.use_gate:
         gate = module if isinstance(module, PacerLookupGate) else ModelState(model).lookup_gate
         gate = gate if gate is not None else default_lookup_gate()
     preverifier = None
     do_sample = bool(_generation_value(model, kwargs, "do_sample"))
     if draft is not None:
         _check_tokenizers(kwargs)
-        _check_pair(model, draft)
+        _check_pair(model, draft, kwargs)
         preverifier = attached_preverifier(draft, do_sample)
         if preverifier is not None:
             preverifier.check_draft(draft)
@@ -268,12 +272,12 @@ def _strategy(model: PreTrainedModel, pacer: PacerArg, draft, lookup: bool) -> t
     if isinstance(pacer, dict):
         return StrategyConfig.from_dict(pacer), None
     if pacer is True:
-        return (LookupConfig(use_preverifier=True) if lookup else SpeculativeConfig(use_preverifier=True)), None
+        return (LookupConfig(use_gate=True) if lookup else SpeculativeConfig(use_preverifier=True)), None
     if isinstance(pacer, (str, Path)):
         config = strategy_config(pacer) if isinstance(pacer, str) else None
         if config is not None:
             if lookup and config == SpeculativeConfig(use_preverifier=True):  # "pacer" with prompt lookup
-                return LookupConfig(use_preverifier=True), None
+                return LookupConfig(use_gate=True), None
             return config, None
         name = str(pacer)
         loaded = EnabledState(model).loaded
@@ -285,7 +289,7 @@ def _strategy(model: PreTrainedModel, pacer: PacerArg, draft, lookup: bool) -> t
     if isinstance(pacer, PacerPreVerifier) or model_type == "pacer_preverifier":
         return SpeculativeConfig(use_preverifier=True), PacerPreVerifier.from_other_copy(pacer)
     if isinstance(pacer, PacerLookupGate) or model_type == "pacer_lookup_gate":
-        return LookupConfig(use_preverifier=True), PacerLookupGate.from_other_copy(pacer)
+        return LookupConfig(use_gate=True), PacerLookupGate.from_other_copy(pacer)
     raise TypeError(
         "pacer= accepts True, False/None, a strategy name or config (pacer_hf.strategy_names()), a "
         f"PacerPreVerifier or PacerLookupGate, or a folder or Hub id holding one; got {type(pacer).__name__}."

@@ -93,6 +93,17 @@ def test_pacer_true_with_lookup_uses_the_attached_gate_and_proposes_nothing_when
         del target._pacer_lookup_gate
 
 
+def test_the_lookup_search_is_timed_apart_from_the_gate(targets):
+    """`lookup_seconds` times the search, `preverifier_seconds` only the gate: an ungated call has no gate time."""
+    target = targets["llama"]
+    target.generate(REPEATING, max_new_tokens=12, do_sample=False, pacer="lookup-5")
+    stats = pacer_hf.last_stats(target)
+    assert stats.matches > 0 and stats.lookup_seconds > 0 and stats.preverifier_seconds == 0
+    target.generate(REPEATING, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=5, pacer=gated(target))
+    stats = pacer_hf.last_stats(target)
+    assert stats.matches > 0 and stats.lookup_seconds > 0 and stats.preverifier_seconds > 0
+
+
 def test_the_gate_is_recalibrated_to_the_target_across_calls(targets):
     """generate keeps one map of the gate's log-odds to this target's acceptances per gate and mode, refines it
     with every round's outcome and reads it in the next call: a map that says nothing is accepted stops every

@@ -37,7 +37,7 @@ CASES.update({
     "OuroborosConfig(draft_tokens=2)": pacer_hf.OuroborosConfig(draft_tokens=2, key_length=1),
     "SpeculativeConfig(gamma=5, pre-verifier)": pacer_hf.SpeculativeConfig(gamma=5, use_preverifier=True),
     "lookup-4": "lookup-4",
-    "LookupConfig(gated, 2-gram)": pacer_hf.LookupConfig(use_preverifier=True, max_ngram_size=2),
+    "LookupConfig(gated, 2-gram)": pacer_hf.LookupConfig(use_gate=True, max_ngram_size=2),
 })
 # The sampling test runs a few thousand generate calls: one case per strategy type (and Pacer on each).
 SAMPLING = ("sd-fixed-3", "pacer", "ouroboros", "pacer+ouroboros", "pearl", "pacer+pearl", "pacer-lookup")
@@ -52,7 +52,7 @@ def strategy_ready(draft, case, target=None, **pv_overrides):
     """Attach an untrained pre-verifier (blocks both pass and fail) when the strategy uses one; for a
     gated lookup strategy, also an untrained lookup gate to `target` (the draft proposes when it says none)."""
     config = config_of(case)
-    if not config.use_preverifier:
+    if not (config.use_gate if isinstance(config, pacer_hf.LookupConfig) else config.use_preverifier):
         yield
         return
     if isinstance(config, pacer_hf.LookupConfig):

@@ -120,7 +120,7 @@ def default_strategy_names(quick: bool, has_preverifier: bool, has_draft: bool =
 
 def _needs_preverifier(name: str) -> bool:
     config = strategy_config(name)
-    return config is not None and config.use_preverifier
+    return config is not None and not isinstance(config, LookupConfig) and config.use_preverifier
 
 
 def resolve_strategies(names: list[str], has_preverifier: bool, oracle_gamma: int = 8,
@@ -153,7 +153,7 @@ def resolve_strategies(names: list[str], has_preverifier: bool, oracle_gamma: in
 def is_lookup_fixed(strategy: Strategy) -> bool:
     """pacer_hf's ungated lookup-<N>: every lookup token proposed, a trace the lookup oracle can replay."""
     config = strategy_config(strategy.name) if strategy.family == "registered" else None
-    return isinstance(config, LookupConfig) and not config.use_preverifier
+    return isinstance(config, LookupConfig) and not config.use_gate
 
 
 def _sd_fixed(gamma: int) -> Strategy:

@@ -27,13 +27,13 @@ from ..stats import PacerStats
 class StrategyConfig:
     """Base of every strategy's config: a dataclass with a registered `strategy_type`.
 
-    `use_preverifier` is a field of every config: True makes `generate` resolve a pre-verifier (the
-    `pacer=` object itself, or the one attached with `pacer_hf.attach`) and hand it to the builder.
+    `use_preverifier` is a field of every config that drafts with a model: True makes `generate` resolve a
+    pre-verifier (the `pacer=` object itself, or the one attached with `pacer_hf.attach`) and hand it to the
+    builder. Prompt lookup's `LookupConfig` has `use_gate` instead: its Pacer model is the target's lookup gate.
     """
 
     strategy_type: ClassVar[str] = ""
     supports_batch: ClassVar[bool] = False  # its builder's StrategyCall.batch runs batches of prompts
-    use_preverifier: bool
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy_type": self.strategy_type, **dataclasses.asdict(self)}

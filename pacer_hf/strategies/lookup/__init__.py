@@ -34,7 +34,7 @@ DEFAULT_NGRAM = 3
 
 @dataclass(frozen=True)
 class LookupConfig(StrategyConfig):
-    """`use_preverifier=True`: the lookup gate decides how many lookup tokens to propose ("pacer-lookup").
+    """`use_gate=True`: the lookup gate decides how many lookup tokens to propose ("pacer-lookup").
 
     `num_tokens` and `max_ngram_size` default to `prompt_lookup_num_tokens` / `max_matching_ngram_size`
     of the `generate` call, else the gate's `max_lookup_tokens` / `max_ngram_size`, else 10 / 3. A gate
@@ -44,7 +44,7 @@ class LookupConfig(StrategyConfig):
     strategy_type: ClassVar[str] = "lookup"
     num_tokens: int | None = None
     max_ngram_size: int | None = None
-    use_preverifier: bool = False
+    use_gate: bool = False
     draft_tokens: int = 4
     """With an assistant_model and no pre-verifier attached to it: draft tokens in rounds without lookup tokens."""
 
@@ -58,7 +58,7 @@ class LookupConfig(StrategyConfig):
 
     @property
     def name(self) -> str:
-        return "pacer-lookup" if self.use_preverifier else f"lookup-{self.num_tokens or DEFAULT_LOOKUP_TOKENS}"
+        return "pacer-lookup" if self.use_gate else f"lookup-{self.num_tokens or DEFAULT_LOOKUP_TOKENS}"
 
 
 def gate_calibration(model, gate, sampling: bool) -> OnlineCalibration:
@@ -74,7 +74,7 @@ def gate_calibration(model, gate, sampling: bool) -> OnlineCalibration:
 
 def build(config: LookupConfig, context: StrategyContext) -> StrategyCall:
     stats = LookupStats(strategy=config.name)
-    gate = context.lookup_gate if config.use_preverifier else None
+    gate = context.lookup_gate if config.use_gate else None
     num_tokens = config.num_tokens or (gate.config.max_lookup_tokens if gate is not None else DEFAULT_LOOKUP_TOKENS)
     if gate is not None:
         num_tokens = min(num_tokens, gate.config.max_lookup_tokens)
@@ -105,6 +105,6 @@ def build(config: LookupConfig, context: StrategyContext) -> StrategyCall:
 register_strategy(
     LookupConfig,
     build,
-    presets={"pacer-lookup": LookupConfig(use_preverifier=True)},
+    presets={"pacer-lookup": LookupConfig(use_gate=True)},
     patterns={"lookup-<N>": (r"lookup-(\d+)", lambda match: LookupConfig(num_tokens=int(match.group(1))))},
 )

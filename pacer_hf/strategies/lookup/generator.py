@@ -22,11 +22,14 @@ from ...stats import PacerStats
 class LookupStats(PacerStats):
     """PacerStats plus lookup's share: `lookup_lengths[i]` of round i's proposed tokens came from lookup
     (the rest, if any, from the draft); `matches` counts rounds where lookup found a match.
-    `preverifier_seconds` includes the lookup search and the gate."""
+    `lookup_seconds` is the lookup search's time, `preverifier_seconds` the gate's alone (features, scoring,
+    the length choice and the target's confidence; with a draft, also its pre-verifier's): the search runs with or
+    without a gate."""
 
     lookup_lengths: list[int] = field(default_factory=list)
     matches: int = 0
     cache_matches: int = 0  # rounds whose match came from a SuffixCache (earlier requests), not this request
+    lookup_seconds: float = 0.0
 
     @property
     def lookup_acceptance(self) -> float:
@@ -93,6 +96,8 @@ class LookupCandidateGenerator(CandidateGenerator):
             describe = gate_features
         else:
             match, describe = find_lookup(ids.cpu(), budget, self.max_ngram), feature_rows
+        searched = time.perf_counter()
+        self.stats.lookup_seconds += searched - start
         tokens: list[int] = []
         if match is not None:
             self.stats.matches += 1
@@ -107,11 +112,11 @@ class LookupCandidateGenerator(CandidateGenerator):
                 costs = self.costs.seconds() if self.costs is not None else None
                 tokens = tokens[: self.gate.choose_length(np.cumprod(p).tolist(), costs)]
                 self.proposed_logits = logits[: len(tokens)]
+                self.stats.preverifier_seconds += time.perf_counter() - searched
             for i, token in enumerate(tokens):
                 if token in self.eos:  # nothing after EOS can be accepted
                     tokens = tokens[: i + 1]
                     break
-        self.stats.preverifier_seconds += time.perf_counter() - start
         return tokens
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
