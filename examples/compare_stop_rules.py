@@ -35,7 +35,7 @@ import pacer_hf
 from pacer_hf.bench.strategy_calls import call_context, resolve_strategies
 from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
 from pacer_hf.data.prompts import CATEGORIES, build_prompts
-from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
+from pacer_hf.loops.draft_loop import PacerCandidateGenerator
 from pacer_hf.pairs import load_pair
 from pacer_hf.stats import PacerStats
 from pacer_hf.strategies.registry import StrategyCall, StrategyContext

@@ -2,7 +2,7 @@
 
     python examples/preverifier_cost.py
 
-Times `PacerStoppingCriteria.add_token` over 8-token rounds at block size 1 (three draft features, the
+Times `PacerStopRule.add_token` over 8-token rounds at block size 1 (three draft features, the
 layer over the new token with the round's cached keys and values, the decision) with the compiled round scorer
 generation uses on CPU and with the torch forward block by block (what runs on other devices), the same
 round re-running the torch layer over the whole round every token, and the lean draft step at a 128-token
@@ -17,7 +17,8 @@ import time
 import torch
 
 import pacer_hf
-from pacer_hf.loops.probes import draft_step_timer, preverifier_token_timer
+from pacer_hf.loops.draft_forwards import draft_step_timer
+from pacer_hf.loops.stop_rule import preverifier_token_timer
 from pacer_hf.modeling_pacer import loop_features
 from pacer_hf.pairs import load_pair
 

@@ -66,7 +66,7 @@ class DraftingTimer:
     def __init__(self):
         from transformers.generation.candidate_generator import AssistedCandidateGenerator
 
-        from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
+        from pacer_hf.loops.draft_loop import PacerCandidateGenerator
 
         self.seconds, self.originals = 0.0, {}
         for cls in (AssistedCandidateGenerator, PacerCandidateGenerator):

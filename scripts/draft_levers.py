@@ -17,7 +17,7 @@ import torch
 
 from pacer_hf.cheap_draft import quantize_linears
 from pacer_hf.costs.measure import cached_forward_timer, interleaved
-from pacer_hf.loops.probes import draft_step_timer
+from pacer_hf.loops.draft_forwards import draft_step_timer
 from pacer_hf.pairs import load_pair
 
 CONTEXT, REPEATS = 128, 9

@@ -6,13 +6,16 @@
 #
 # 1. installs the wheels carried in .whl/ (transformers in the supported span, and what its import checks)
 #    into /tmp/site, without network, when the interpreter's transformers is outside >=5.21,<5.25;
-# 2. runs the CUDA tests (pytest -m cuda: tests/test_cuda.py, tests/test_cuda_sampling.py);
-# 3. `pacer-hf bench` on the demo pair: the target alone, sd-fixed γ sweep, HF's schedules, Pacer, PEARL;
-# 4. the batch bench (B = 1, 4, 8);
-# 5. writes OUT_DIR/summary.txt: versions, each step's exit status and seconds, the figures.
+# 2. `pacer-hf bench` on the demo pair, greedy and T = 1: the target alone, sd-fixed γ sweep, HF's schedules, Pacer,
+#    PEARL (if it fails, once more with the eager scoring path, PACER_HF_CUDA_GRAPHS=0, so the figures still come);
+# 3. the batch bench (B = 1, 4, 8);
+# 4. one round profiled (scripts/gpu_profile_round.py): Pacer with CUDA-graph and eager scoring, sd-fixed-6;
+# 5. runs the CUDA tests (pytest -m cuda: tests/test_cuda.py, tests/test_cuda_sampling.py);
+# 6. writes OUT_DIR/summary.txt: versions, each step's exit status and seconds, the figures.
 #
 # Every step runs under its own `timeout` and a failing step does not stop the later ones: the whole run ends
-# inside 8 minutes (install ~0.5, tests 4, bench 2.5, batch 1). At most 8 files land in OUT_DIR.
+# inside 10 minutes (install ~0.5, bench 4, batch 1.5, profile 1, tests 4; measurements first, so a run cut short
+# still brings them back). At most 10 files land in OUT_DIR.
 # Without CUDA (GPU_CHECK_DEVICE=cpu, or none visible) the CUDA tests skip and the benches run tiny on the CPU:
 # a dry run of the script itself.
 set -u
@@ -29,8 +32,8 @@ T0=$(date +%s)
 : >"$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 
-# GPU_CHECK_STEPS picks steps (default all: "tests bench batch"), e.g. the benches alone on a second run.
-STEPS=" ${GPU_CHECK_STEPS:-tests bench batch} "
+# GPU_CHECK_STEPS picks steps (default all: "bench batch profile tests"), e.g. the benches alone on a second run.
+STEPS=" ${GPU_CHECK_STEPS:-bench batch profile tests} "
 
 # step NAME SECONDS LOG CMD...: run CMD under a timeout, output appended to LOG; record its status and time.
 step() {
@@ -72,12 +75,7 @@ EOF
 } 2>&1 | tee -a "$SUMMARY"
 nvidia-smi >"$OUT/tests.log" 2>&1 || true
 
-# 2. the CUDA tests (skipped, not failed, without a CUDA device)
-step tests 240 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider -m cuda -rxXfE --durations=12 \
-    tests/test_cuda.py tests/test_cuda_sampling.py
-note "tests: $(grep -E '^[0-9]+ (passed|failed|skipped|error)|^=+ .*(passed|failed|skipped|error)' "$OUT/tests.log" | tail -1)"
-
-# 3. the demo pair, batch 1 (greedy: every output checked identical to the target alone)
+# 2. the demo pair, batch 1 (greedy: every output checked identical to the target alone; T = 1 beside it)
 CONFIDENCE=hf-confidence
 "$PY" -c "import sklearn" 2>/dev/null || CONFIDENCE=hf-confidence-static  # the stock schedule re-tunes with sklearn
 if [ "$DEVICE" = cuda ]; then
@@ -95,19 +93,36 @@ from pacer_hf.data.prompts import pair_held_out_files
 root = Path(sysconfig.get_paths()["stdlib"])
 print("\n".join(str(p) for p in (root / f for f in pair_held_out_files("hub_cards/demo-target")) if p.is_file()))
 EOF
-step bench 150 "$OUT/bench.log" "$PY" -m pacer_hf.cli bench --device "$DEVICE" --quick --no-plots --no-progress \
-    --strategies "ar,$GAMMAS,hf-heuristic,$CONFIDENCE,pacer,pearl" --temperatures 0 --prompt-tokens 128 \
-    --categories "$CATEGORIES" "${SIZE[@]}" --heldout-files "$WORK/heldout.txt" --out "$WORK/bench" --overwrite
+BENCH=(-m pacer_hf.cli bench --device "$DEVICE" --quick --no-plots --no-progress
+    --strategies "ar,$GAMMAS,hf-heuristic,$CONFIDENCE,pacer,pearl" --temperatures 0,1 --prompt-tokens 128
+    --categories "$CATEGORIES" "${SIZE[@]}" --heldout-files "$WORK/heldout.txt" --out "$WORK/bench" --overwrite)
+step bench 240 "$OUT/bench.log" "$PY" "${BENCH[@]}"
+if [ "$DEVICE" = cuda ] && [ ! -f "$WORK/bench/results.json" ]; then  # the figures with the eager scoring path
+    note "bench: no results with CUDA graphs; once more with PACER_HF_CUDA_GRAPHS=0"
+    export PACER_HF_CUDA_GRAPHS=0
+    step bench 200 "$OUT/bench.log" "$PY" "${BENCH[@]}"
+    unset PACER_HF_CUDA_GRAPHS
+fi
 
-# 4. the batch bench (greedy rows checked identical to the target's own batched generate)
-step batch 60 "$OUT/bench.log" "$PY" -m pacer_hf.cli bench --device "$DEVICE" --no-plots --no-progress \
+# 3. the batch bench (greedy rows checked identical to the target's own batched generate)
+step batch 90 "$OUT/bench.log" "$PY" -m pacer_hf.cli bench --device "$DEVICE" --no-plots --no-progress \
     --categories stdlib-continuation --runs 1 "${BATCH[@]}" --heldout-files "$WORK/heldout.txt" --out "$WORK/batch" --overwrite
+
+# 4. one round profiled: where the time goes with and without CUDA graphs
+PROFILE=(--repeats 3 --max-new-tokens 96)
+[ "$DEVICE" = cuda ] || PROFILE=(--repeats 1 --max-new-tokens 12)
+step profile 90 "$OUT/profile.log" "$PY" scripts/gpu_profile_round.py --device "$DEVICE" "${PROFILE[@]}" --out "$OUT/profile.json"
+
+# 5. the CUDA tests (skipped, not failed, without a CUDA device)
+step tests 240 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider -m cuda -rxXfE --durations=12 \
+    tests/test_cuda.py tests/test_cuda_sampling.py
+note "tests: $(grep -E '^[0-9]+ (passed|failed|skipped|error)|^=+ .*(passed|failed|skipped|error)' "$OUT/tests.log" | tail -1)"
 
 for file in bench/results.json bench/results.md bench/run.json batch/batch.json batch/batch.md; do
     [ -f "$WORK/$file" ] && cp "$WORK/$file" "$OUT/${file/\//_}"
 done
 
-# 5. the figures: speed against the target alone, Pacer against the best fixed γ, the pre-verifier's share
+# 6. the figures: speed against the target alone, Pacer against the best fixed γ, the pre-verifier's share
 "$PY" - "$WORK" <<'EOF' 2>&1 | tee -a "$SUMMARY"
 import json, statistics, sys
 from collections import defaultdict
@@ -121,14 +136,14 @@ if path.is_file():
     print("bench, per category (results.json):")
     by_strategy = defaultdict(list)
     for r in records:
-        by_strategy[r["strategy"]].append(r)
+        by_strategy[f"{r['strategy']} T={r.get('temperature')}"].append(r)
         shown = ", ".join(f"{k}={r[k]:.3f}" for k in keys if isinstance(r.get(k), (int, float)))
-        print(f"  {r['strategy']:<22} {r['category']:<20} {shown}")
+        print(f"  {r['strategy']:<22} T={r.get('temperature')} {r['category']:<20} {shown}")
     print("bench, median over categories:")
     for name, rows in by_strategy.items():
         medians = {k: statistics.median(r[k] for r in rows) for k in keys
                    if all(isinstance(r.get(k), (int, float)) for r in rows)}
-        print(f"  {name:<22} " + ", ".join(f"{k}={v:.3f}" for k, v in medians.items()))
+        print(f"  {name:<28} " + ", ".join(f"{k}={v:.3f}" for k, v in medians.items()))
 else:
     print("bench: no results.json")
 path = work / "batch" / "batch.md"

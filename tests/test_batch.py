@@ -258,7 +258,7 @@ def test_pacer_drafts_a_length_per_row(pair, seed):
     assert any(len({lengths[i] for lengths in full}) > 1 for i in range(rounds)), full
 
 
-class FixedClock(pacer_hf.loops.batch_loop._Clock):
+class FixedClock(pacer_hf.costs.BatchClock):
     """Costs that do not depend on timing, so `pacer_batch_stop="batch"` decides from the first block on:
     a verify forward of t tokens costs 1 + 0.01 t, a draft step and a pre-verifier call 0.005 each."""
 
@@ -279,7 +279,7 @@ class FixedClock(pacer_hf.loops.batch_loop._Clock):
 def test_batch_continues_rule():
     """The batch-wide rule drafts on while summed expected tokens per second would grow: likely tokens and a
     cheap width go on, unlikely ones or an expensive width stop, and rows that cannot draft on add nothing."""
-    from pacer_hf.loops.batch_loop import batch_continues
+    from pacer_hf.loops.stop_rule import batch_continues
 
     def cheap(n):
         return 1.0 + 0.05 * n
@@ -301,7 +301,7 @@ def test_batch_continues_rule():
 def test_batch_stop_greedy_identical_and_shared(pair, arch, strategy, monkeypatch):
     """pacer_batch_stop="batch" (the default): rows equal batched generate (EOS in one row included), and in every round the
     rows with the full budget drafted the same number of draft-model tokens (one stop for the batch)."""
-    monkeypatch.setattr(pacer_hf.loops.batch_loop, "_Clock", FixedClock)
+    monkeypatch.setattr(pacer_hf.loops.batch_loop, "BatchClock", FixedClock)
     target, draft = pair(arch, "noisy")
     ids, mask = left_padded(LENGTHS, seed=7)
     width = ids.shape[1]
@@ -335,7 +335,7 @@ def test_sampling_matches_target_distribution_in_a_padded_row(sampling_pair, str
     target's exact distribution after PROMPT (chi-square), and row 1 its own; the rows sample independently.
     Pacer's rows stop together (the default, deciding from the first block here) or, ":row", one by one."""
     strategy, _, stop = strategy.partition(":")
-    monkeypatch.setattr(pacer_hf.loops.batch_loop, "_Clock", FixedClock)
+    monkeypatch.setattr(pacer_hf.loops.batch_loop, "BatchClock", FixedClock)
     target, draft = sampling_pair
     p1, p12 = exact_distributions(target)
     other = torch.tensor([[4, 2, 9, 5, 1, 6, 2]])

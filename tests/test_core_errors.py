@@ -11,7 +11,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 import pacer_hf
 from pacer_hf import PacerPreVerifier, _hf_compat
-from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
+from pacer_hf.loops.draft_loop import PacerCandidateGenerator
 
 IDS = torch.tensor([[3, 1, 4, 1, 5]])
 

@@ -178,14 +178,14 @@ def test_compiled_scorer_only_on_cpu():
 def test_stopping_criteria_decisions_equal_deciding_on_the_full_rerun(pair, scorer):
     """In generate, every block decision equals decide() on a full re-run over the round so far, whether the
     round is scored by the compiled scorer (CPU) or by the torch forward block by block (other devices)."""
-    from pacer_hf.loops.candidate_generator import PacerStoppingCriteria
+    from pacer_hf.loops.stop_rule import PacerStopRule
     from pacer_hf.stats import PacerStats
 
     target, draft = pair("llama", "noisy")
     seen = 0
     for rule, extra in (("block", {}), ("cumulative", {}), ("expected_gain", {"calibration": COSTS})):
         pv = make_preverifier(draft, block_size=2, threshold=0.5, decision_rule=rule, max_draft_tokens=8, **extra)
-        stop = PacerStoppingCriteria(pv, PacerStats(strategy="pacer"))
+        stop = PacerStopRule(pv, PacerStats(strategy="pacer"))
         if scorer == "torch":
             stop.scorer = None
         stop.start_round()
@@ -318,26 +318,6 @@ def test_calibration_prefers_the_cost_aware_rule_within_the_margin():
     assert search["best"] == expected
     assert best_setting(acc, probs, costs, block_sizes=(1, 2), prefer_margin=0.0)["best"] == overall
     assert best_setting(acc, probs, costs, block_sizes=(1, 2), prefer_margin=1.0)["best"]["rule"] == "expected_gain"
-
-
-def test_stopping_criteria_call_form_matches_add_token(pair):
-    """The StoppingCriteria form (`draft_hidden=` kwarg) decides as add_token does."""
-    from pacer_hf.loops.candidate_generator import PacerStoppingCriteria
-    from pacer_hf.stats import PacerStats
-
-    _, draft = pair("llama", "noisy")
-    pv = make_preverifier(draft, block_size=1, threshold=0.5, max_draft_tokens=8)
-    by_call, by_add = PacerStoppingCriteria(pv, PacerStats("a")), PacerStoppingCriteria(pv, PacerStats("b"))
-    by_call.start_round(), by_add.start_round()
-    generator, ids, answers = torch.Generator().manual_seed(3), torch.tensor([[1, 2, 3]]), set()
-    for _ in range(6):
-        hidden, logits = torch.randn(1, 32, generator=generator), torch.randn(1, 96, generator=generator) * 3
-        ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], 1)
-        stopped = by_call(ids, logits, draft_hidden=hidden)
-        assert stopped.dtype == torch.bool and stopped.shape == (1,)
-        assert bool(stopped[0]) == by_add.add_token(hidden, logits, ids[:, -1:])
-        answers.add(bool(stopped[0]))
-    assert answers == {True, False}, "the untrained pre-verifier should both stop and continue"
 
 
 def test_compiled_kernels_import_where_numba_cannot_cache():

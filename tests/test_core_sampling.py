@@ -16,7 +16,7 @@ import torch
 from conftest import make_preverifier
 from helpers import TEMPERATURE, exact_distributions, goodness_of_fit, sample_counts
 
-from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
+from pacer_hf.loops.draft_loop import PacerCandidateGenerator
 from pacer_hf.stats import PacerStats
 from pacer_hf.strategies import STRATEGY_TYPES, StrategyCall, StrategyConfig, register_strategy
 

@@ -164,3 +164,46 @@ def test_round_cost_probe_waits_for_the_device(monkeypatch, tmp_path):
     stats = pacer_hf.last_stats(target)
     assert torch.equal(out, expected) and stats.costs["source"].startswith("probe")
     assert stats.costs["device"].startswith(DEVICE) and stats.costs["draft_token_ms"] > 0
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("loop", [False, True], ids=["draft-only", "loop-features"])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_graph_scorer_scores_like_the_eager_forward(dtype, loop, rows):
+    """The CUDA-graph path (`GraphBlockScorer`) returns the eager forward's logits block by block, round after
+    round (its graphs captured once and replayed), for one row and for a batch's rows."""
+    from pacer_hf.loops.block_scorer import BlockScorer, GraphBlockScorer
+
+    _, draft = config_pair("llama", "noisy")
+    pv = make_preverifier(draft, block_size=2, max_draft_tokens=6, loop_features=loop).to(DEVICE, dtype)
+    graph, eager = GraphBlockScorer.for_preverifier(pv), BlockScorer(pv)
+    generator = torch.Generator().manual_seed(0)
+    for round_ in range(3):
+        loops = torch.rand(rows, 3, generator=generator).tolist()
+        graph.start(loops)
+        eager.start(loops)
+        for i in range(6):
+            hidden = torch.randn(rows, pv.config.draft_hidden_size, generator=generator).to(DEVICE, dtype)
+            logits = (torch.randn(rows, 96, generator=generator) * 3).to(DEVICE, dtype)
+            tokens = logits.argmax(-1)
+            got, want = graph.add(hidden, logits, tokens), eager.add(hidden, logits, tokens)
+            assert (got is None) == (want is None) == (i % 2 == 0)
+            if got is not None:
+                torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=1e-4, rtol=0)
+        assert len(graph.graphs) == 3  # one per block index (rows padded to 1 or 4), captured in the first round
+        assert graph.take_seconds(0.0) > 0
+    assert GraphBlockScorer.for_preverifier(pv) is graph
+    assert GraphBlockScorer.for_preverifier(pv.to(torch.float32 if dtype == torch.float64 else torch.float64)) is not graph
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need a CUDA device")
+def test_stop_rule_scores_with_graphs_where_draft_and_preverifier_share_the_device():
+    from pacer_hf.loops.stop_rule import PacerStopRule
+    from pacer_hf.stats import PacerStats
+
+    _, draft = config_pair("llama", "noisy")
+    pv = make_preverifier(draft).double()
+    assert PacerStopRule(pv.to(DEVICE), PacerStats("t"), draft_device=draft.device).path == "graph"
+    assert PacerStopRule(pv.cpu(), PacerStats("t"), draft_device=draft.device).path == "torch"
+    assert PacerStopRule(pv.cpu(), PacerStats("t")).path == "compiled"

@@ -23,7 +23,7 @@ from transformers.generation import BaseStreamer
 import pacer_hf
 from pacer_hf import generation
 from pacer_hf._hf_compat import output_cache
-from pacer_hf.loops.candidate_generator import PacerCandidateGenerator
+from pacer_hf.loops.draft_loop import PacerCandidateGenerator
 from pacer_hf.stats import PacerStats
 from pacer_hf.strategies import STRATEGY_TYPES, SpeculativeConfig, StrategyCall, register_strategy
 

@@ -13,8 +13,8 @@ from helpers import prompt
 
 import pacer_hf
 from pacer_hf import PacerConfig, PacerPreVerifier, draft_features
-from pacer_hf.loops.candidate_generator import PacerStoppingCriteria
 from pacer_hf.loops.preverifier_kernel import round_scorer
+from pacer_hf.loops.stop_rule import PacerStopRule
 from pacer_hf.modeling_pacer import loop_features
 
 
@@ -62,7 +62,7 @@ def test_each_round_reads_the_round_before(pair, monkeypatch, scorer):
     target, draft = pair("llama", "noisy")
     pv = loop_preverifier(draft, block_size=2, threshold=0.5, max_draft_tokens=6)
     seen = []
-    start_round = PacerStoppingCriteria.start_round
+    start_round = PacerStopRule.start_round
 
     def recording(self):
         if scorer == "torch":
@@ -70,7 +70,7 @@ def test_each_round_reads_the_round_before(pair, monkeypatch, scorer):
         seen.append(list(self.loop))
         start_round(self)
 
-    monkeypatch.setattr(PacerStoppingCriteria, "start_round", recording)
+    monkeypatch.setattr(PacerStopRule, "start_round", recording)
     ids = prompt(seed=3)
     expected = plain_greedy(target, ids, max_new_tokens=24)
     out = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=draft, pacer=pv)

@@ -5,7 +5,7 @@ number of tokens, so the rows' caches, positions and masks no longer line up. He
 carries the position of the row token it holds, or -1 (`batch_cache.RowCache`): a row rolls back by
 masking its rejected slots, positions are explicit per row. One target forward per round verifies every
 row; rows that end (EOS, length limit, stopping criteria) leave both caches, so they stop costing work.
-The draft runs the rows in lockstep; Pacer stops them together (`batch_continues`: a padded verify
+The draft runs the rows in lockstep; Pacer stops them together (`stop_rule.batch_continues`: a padded verify
 slot is paid whether a row fills it or not) or, with `pacer_batch_stop="row"`, each by its own decision.
 
 Every token is decided per row exactly as the batch-1 loop (`lean_loop.py`) decides it: logits
@@ -17,8 +17,6 @@ therefore equals the target's own batched `generate`, row for row; sampling keep
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -33,14 +31,12 @@ from transformers import (
 from transformers.generation import GenerateDecoderOnlyOutput
 
 from .._hf_compat import CACHE_KWARG, eos_ids, eos_tensor
-from ..costs import BatchClock as _Clock  # a module global: tests swap in fixed costs
-from ..costs import timed
-from ..modeling_pacer import PacerPreVerifier, rows_continue
+from ..costs import BatchClock, timed
+from ..modeling_pacer import PacerPreVerifier
 from ..stats import PacerStats
 from .batch_cache import RowCache, draft_row_cache
-from .block_scorer import BlockScorer
-from .candidate_generator import next_round_loop
 from .lean_loop import accept_step, process_positions
+from .stop_rule import BatchStopRule, next_round_loop
 
 BATCH_CACHES = ("mask", "compact")  # pacer_batch_cache=: mask rejected slots, or also realign rows every round
 BATCH_STOPS = ("batch", "row")  # pacer_batch_stop=: the rows stop together (measured faster), or each by its own
@@ -112,59 +108,9 @@ def _row_processors(processors: LogitsProcessorList, batch: int) -> list[LogitsP
     return rows
 
 
-def batch_continues(probs: list[list[float]], open_rows: list[bool], block_size: int, max_tokens: int,
-                    seconds: list[float] | Callable[[int], float]) -> bool:
-    """Pacer's expected-gain rule for a padded batch (`pacer_batch_stop="batch"`): the single-row rule generalised
-    to rows drafting together (`modeling_pacer.rows_continue`), `seconds[n]` the time of a round of n drafted
-    tokens, n = 0..max_tokens (a table, or a function that fills one: the rule reads numbers and calls nothing back)."""
-    table = [seconds(n) for n in range(max_tokens + 1)] if callable(seconds) else list(seconds)
-    return rows_continue(probs, open_rows, block_size, max_tokens, table.__getitem__)
-
-
-class _Stopper:
-    """Pacer in the batched loop: after every block the pre-verifier scores every row in one call. `mode`
-    "row": each row stops by its own decision (`PacerPreVerifier.decide`); "batch": the rows stop together
-    by `batch_continues` under this call's measured costs (per-row decisions until two widths are timed)."""
-
-    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, mode: str, clock: _Clock):
-        self.preverifier, self.stats, self.mode, self.clock = preverifier.eval(), stats, mode, clock
-        self.block_size = preverifier.config.block_size
-        self.blocks = BlockScorer(self.preverifier)
-
-    def start(self, loops: list[list[float]]) -> None:
-        """A new round; `loops`: each row's `loop_features(...)` (read when `config.loop_features`)."""
-        self.blocks.start(loops)
-
-    def add(self, hidden: torch.Tensor, raw: torch.Tensor, tokens: torch.Tensor, drafted: list[list[int]],
-            drafting: list[bool]) -> list[tuple[bool, int]] | None:
-        """Record one drafted token per row; at a block boundary, (stop, trim) per row."""
-        start = time.perf_counter()
-        logits = self.blocks.add(hidden, raw, tokens)
-        if logits is None:
-            return None
-        if self.mode == "batch" and self.clock.ready():
-            decisions = [(not self._batch_continues(logits, drafted, drafting), 0)] * len(drafted)
-        else:
-            decisions = [self.preverifier.decide(row) for row in logits]
-        seconds = time.perf_counter() - start
-        self.stats.preverifier_seconds += seconds
-        self.clock.preverifier_call = self.clock.average(self.clock.preverifier_call, seconds)
-        return decisions
-
-    def _batch_continues(self, logits: torch.Tensor, drafted: list[list[int]], drafting: list[bool]) -> bool:
-        probs = torch.sigmoid(logits.float()).tolist()
-        probs = [p[: len(d)] for p, d in zip(probs, drafted)]  # a row that stopped: its filler is not a draft
-        clock, rows, block = self.clock, len(drafted), self.block_size
-
-        max_tokens = self.preverifier.config.max_draft_tokens
-        seconds = [n * clock.draft_step + -(-n // block) * clock.preverifier_call + clock.verify_seconds(rows * (n + 1))
-                   for n in range(max_tokens + 1)]
-        return batch_continues(probs, drafting, block, max_tokens, seconds)
-
-
 def _draft_round(plan: BatchPlan, draft_cache: RowCache, rows: list[_Row], budgets: list[int],
                  processors: list[LogitsProcessorList], config: GenerationConfig, eos_ids: set[int],
-                 stopper: _Stopper | None, clock: _Clock):
+                 stopper: BatchStopRule | None, clock: BatchClock):
     """Every row drafts up to its budget in lockstep; a row that stops feeds masked filler until all stop.
 
     Returns per row the drafted tokens and, under sampling, their processed logits (the q of each token)."""
@@ -246,8 +192,9 @@ def batched_assisted_decoding(
     rows = [_Row(b, input_ids[b].tolist(), pads[b], type(stats)(strategy=stats.strategy)) for b in range(len(pads))]
     keep_scores = config.return_dict_in_generate and config.output_scores
     keep_logits = config.return_dict_in_generate and config.output_logits
-    clock = _Clock()
-    stopper = _Stopper(plan.preverifier, stats, plan.stop_mode, clock) if plan.preverifier is not None else None
+    clock = BatchClock()
+    stopper = (BatchStopRule(plan.preverifier, stats, plan.stop_mode, clock, plan.draft.device)
+               if plan.preverifier is not None else None)
     processors = _row_processors(logits_processor, len(rows))
     # after every refusal above: choosing the lean draft forward runs the draft once to check it
     draft_cache = draft_row_cache(plan.draft, plan.draft_forward, stats, len(pads), config.max_length)

@@ -6,6 +6,7 @@
 - "compiled": a `compile_draft`ed decoder for one-token steps, the eager forward for longer inputs;
 - "model": the draft's own `forward`, with a pre-hook on `lm_head` capturing its input.
 Draft numerics never decide a token (the target verifies every one), so the choice is speed only.
+`draft_step_timer` times a step through the forward the loop would choose.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import inspect
 from collections.abc import Callable
 
 import torch
+from transformers import PreTrainedModel
 
 from .._hf_compat import CACHE_KWARG, new_cache, output_cache
+from ..costs import cached_forward_timer, timer
 from ..model_state import ModelState
 from ..stats import PacerStats
 from .lean_draft import LeanDraft
@@ -107,3 +110,17 @@ def compile_draft(draft_model, warmup: bool = True):
             for token in range(2):  # two lengths, so the dynamic-shape graph is the one compiled
                 ModelState(draft_model).decode_step(input_ids=probe[:, :1] + token, use_cache=True, **{CACHE_KWARG: cache})
     return draft_model
+
+
+@torch.no_grad()
+def draft_step_timer(draft: PreTrainedModel, context: int = 32) -> Callable[[], float]:
+    """Like `cached_forward_timer(draft, 1, context, 1)`, through the draft forward pacer_hf's drafting loop
+    uses (`pacer_draft_forward="auto"`): the lean forward when the draft qualifies, else its `forward`."""
+    lean, _ = LeanDraft.for_model(draft, context + 1)
+    if lean is None:
+        return cached_forward_timer(draft, 1, context, logits_to_keep=1)
+    generator = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, lean.embed.shape[0], (1, context + 1), generator=generator).to(lean.device)
+    kv = lean.new_cache(context + 1)
+    lean(prefix[:, :context], kv)
+    return timer(lambda: lean(prefix[:, context:], kv), kv, context, lean.device)

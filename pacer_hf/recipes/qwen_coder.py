@@ -35,7 +35,7 @@ import torch
 
 from ..cheap_draft import CHEAP_DRAFT_FILE, apply_cheap_draft, quantize_linears, restrict_vocabulary
 from ..costs.measure import cached_forward_timer, interleaved
-from ..loops.probes import draft_step_timer
+from ..loops.draft_forwards import draft_step_timer
 from .smollm2_draft import smollm2_prompts
 from .smollm2_draft import stage_responses as answer
 from .smollm2_draft_train import agreement, read_records

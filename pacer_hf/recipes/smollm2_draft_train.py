@@ -272,7 +272,7 @@ def median(values):
 def step_costs(target, draft, repeats: int = 30, context: int = 128) -> dict:
     """Median ms of a draft step (pacer_hf's drafting forward) and of target forwards of 1 and 4 tokens."""
     from ..costs import cached_forward_timer, interleaved
-    from ..loops.probes import draft_step_timer
+    from ..loops.draft_forwards import draft_step_timer
 
     timers = {"draft_ms": draft_step_timer(draft, context), "target_ms": cached_forward_timer(target, 1, context),
               "verify4_ms": cached_forward_timer(target, 4, context)}

@@ -17,10 +17,8 @@ from typing import Any, ClassVar
 
 from transformers import PreTrainedModel
 
-from ..loops.candidate_generator import PacerStoppingCriteria
-from ..loops.probes import draft_costs
 from ..modeling_lookup_gate import PacerLookupGate
-from ..modeling_pacer import PacerPreVerifier, calibrated_round_time
+from ..modeling_pacer import PacerPreVerifier
 from ..stats import PacerStats
 
 
@@ -78,21 +76,6 @@ class StrategyContext:
     lookup_gate: PacerLookupGate | None = None
     costs: str | list[float] = "measure"  # generate's pacer_costs=: where expected-gain rules take their costs
     suffix_cache: Any = None  # generate's suffix_cache= (a ScopedSuffixCache): prompt lookup also searches it
-
-    def preverifier_stop(self, stats: PacerStats, max_tokens: int) -> PacerStoppingCriteria | None:
-        """The pre-verifier as the drafting stop criterion (None without one); an expected-gain rule decides
-        with this machine's round costs (`costs/round_costs.py`), reported in `stats.costs` when the call ends."""
-        if self.preverifier is None:
-            return None
-        costs = None
-        if self.preverifier.config.decision_rule == "expected_gain":
-            calibration = self.preverifier.config.calibration
-            prior = [calibrated_round_time(calibration)(k) for k in range(max_tokens + 1)] if calibration else None
-            per_token = calibration["draft_cost"] + calibration.get("preverifier_cost", 0.0) if calibration else None
-            costs = draft_costs(self.model, self.draft, self.preverifier, max_tokens, self.costs, prior, per_token)
-            stats.use_costs(costs)
-        draft_device = self.draft.device if self.draft is not None else None
-        return PacerStoppingCriteria(self.preverifier, stats, costs, draft_device=draft_device)
 
 
 @dataclass(frozen=True)

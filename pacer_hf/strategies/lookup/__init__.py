@@ -21,7 +21,8 @@ from weakref import WeakKeyDictionary
 from ...candidates.calibration import OnlineCalibration
 from ...candidates.suffix import SuffixSource
 from ...costs import lookup_costs
-from ...loops.candidate_generator import PacerCandidateGenerator
+from ...loops.draft_loop import PacerCandidateGenerator
+from ...loops.stop_rule import stop_rule_for
 from ...model_state import ModelState
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 from .generator import LookupCandidateGenerator, LookupStats
@@ -87,7 +88,7 @@ def build(config: LookupConfig, context: StrategyContext) -> StrategyCall:
             gamma = preverifier.config.max_draft_tokens if preverifier is not None else config.draft_tokens
             drafting = PacerCandidateGenerator(context.draft, generation_config, logits_processor,
                                                max_draft_tokens=gamma, stats=stats,
-                                               stop=context.preverifier_stop(stats, gamma),
+                                               stop=stop_rule_for(context, stats, gamma),
                                                draft_forward=context.draft_forward)
         costs = None
         if gate is not None and gate.config.decision_rule == "expected_gain":

@@ -13,7 +13,7 @@ from ..._hf_compat import CandidateGenerator, eos_ids
 from ...candidates.calibration import MAX_LOGIT, OnlineCalibration
 from ...candidates.suffix import CACHE, SuffixSource, gate_features
 from ...costs import RoundClock, RoundCosts
-from ...loops.candidate_generator import PacerCandidateGenerator
+from ...loops.draft_loop import PacerCandidateGenerator
 from ...modeling_lookup_gate import PacerLookupGate, feature_rows, find_lookup
 from ...stats import PacerStats
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...loops.batch_loop import BatchPlan
+from ...loops.stop_rule import stop_rule_for
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 from .generator import BatchPhrases, OuroborosCandidateGenerator, OuroborosStats
 from .pool import PhrasePool, phrase_pool, pool_for, reset_phrase_pool
@@ -103,7 +104,7 @@ def build(config: OuroborosConfig, context: StrategyContext) -> StrategyCall:
     def make(generation_config, logits_processor) -> OuroborosCandidateGenerator:
         return OuroborosCandidateGenerator(context.draft, generation_config, logits_processor,
                                            max_draft_tokens=max_draft_tokens, stats=stats,
-                                           stop=context.preverifier_stop(stats, max_draft_tokens),
+                                           stop=stop_rule_for(context, stats, max_draft_tokens),
                                            draft_forward=context.draft_forward, pool=pool, config=config)
 
     def record_pool_size() -> None:

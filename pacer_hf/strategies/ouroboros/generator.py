@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..._hf_compat import crop_cache
-from ...loops.candidate_generator import PacerCandidateGenerator
+from ...loops.draft_loop import PacerCandidateGenerator
 from ...stats import PacerStats
 from .pool import Phrase, PhrasePool
 

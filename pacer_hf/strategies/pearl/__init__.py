@@ -19,6 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ...costs import cached_forward_timer, fastest
+from ...loops.stop_rule import stop_rule_for
 from ..registry import STRATEGIES, StrategyCall, StrategyContext, register_strategy
 from .config import PearlConfig, PearlStats
 from .generator import PearlCandidateGenerator
@@ -78,7 +79,7 @@ def build(config: PearlConfig, context: StrategyContext) -> StrategyCall:
     def make(generation_config, logits_processor) -> PearlCandidateGenerator:
         generator = PearlCandidateGenerator(context.draft, generation_config, logits_processor, config=config,
                                             mode=mode, gamma=gamma, stats=stats,
-                                            stop=context.preverifier_stop(stats, gamma), seed=seed,
+                                            stop=stop_rule_for(context, stats, gamma), seed=seed,
                                             draft_forward=context.draft_forward)
         generators.append(generator)
         return generator

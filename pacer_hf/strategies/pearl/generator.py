@@ -27,7 +27,8 @@ import time
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel
 
-from ...loops.candidate_generator import PacerCandidateGenerator, PacerStoppingCriteria
+from ...loops.draft_loop import PacerCandidateGenerator
+from ...loops.stop_rule import PacerStopRule
 from .config import PearlConfig, PearlStats
 from .workers import Job, make_worker
 
@@ -40,7 +41,7 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
 
     def __init__(self, draft: PreTrainedModel, generation_config: GenerationConfig,
                  logits_processor: LogitsProcessorList | None = None, *, config: PearlConfig, mode: str, gamma: int,
-                 stats: PearlStats, stop: PacerStoppingCriteria | None = None, seed: int = 0,
+                 stats: PearlStats, stop: PacerStopRule | None = None, seed: int = 0,
                  draft_forward: str = "auto"):
         super().__init__(draft, generation_config, logits_processor, max_draft_tokens=gamma, stats=stats, stop=stop,
                          draft_forward=draft_forward)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...loops.batch_loop import BatchPlan
-from ...loops.candidate_generator import PacerCandidateGenerator
+from ...loops.draft_loop import PacerCandidateGenerator
+from ...loops.stop_rule import stop_rule_for
 from ...stats import PacerStats
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 
@@ -43,7 +44,7 @@ def build(config: SpeculativeConfig, context: StrategyContext) -> StrategyCall:
 
     def make(generation_config, logits_processor) -> PacerCandidateGenerator:
         return PacerCandidateGenerator(context.draft, generation_config, logits_processor, max_draft_tokens=gamma,
-                                       stats=stats, stop=context.preverifier_stop(stats, gamma),
+                                       stats=stats, stop=stop_rule_for(context, stats, gamma),
                                        draft_forward=context.draft_forward)
 
     def batch(cache_mode: str) -> BatchPlan:

@@ -10,97 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
-from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
+from transformers import GenerationConfig, LogitsProcessorList
 
 from .._hf_compat import CandidateGenerator, crop_cache, eos_ids
 from ..costs import RoundClock
-from ..modeling_pacer import PacerPreVerifier, loop_features
 from ..stats import PacerStats
-from .block_scorer import BlockScorer
 from .draft_forwards import choose_draft_forward
-
-if TYPE_CHECKING:
-    from ..costs import RoundCosts
-
-
-def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, target_scores: torch.Tensor) -> list[float]:
-    """`loop_features` for the round after a verified one; `target_scores`: the target's scores where it chose its
-    last token (its confidence there is their top probability)."""
-    confidence = float(torch.softmax(target_scores.float(), dim=-1).max())
-    return loop_features(accepted, drafted, confidence, preverifier.config.max_draft_tokens)
-
-
-class PacerStoppingCriteria(StoppingCriteria):
-    """The pre-verifier as a drafting stop criterion: after every `block_size` tokens it asks
-    `PacerPreVerifier.decide` whether the next block is worth drafting.
-
-    Stop-only: a failed block has been drafted and is still verified, which keeps sampling exact.
-    With `trim_failed_block` (greedy only) `trim` says how many trailing tokens to drop instead.
-    """
-
-    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None,
-                 draft_device: torch.device | None = None):
-        self.preverifier = preverifier.eval()
-        self.costs = costs  # expected_gain: what a round drafting k tokens costs here (else the config's calibration)
-        self.block_size = preverifier.config.block_size
-        self.stats = stats
-        from .preverifier_kernel import round_scorer  # numba, imported when Pacer first runs
-
-        # CPU: compiled, token by token; None: the torch forward, block by block. The compiled scorer reads the draft's
-        # tensors as numpy arrays, so a draft elsewhere (CUDA) takes the torch path even with a pre-verifier on CPU.
-        on_cpu = draft_device is None or torch.device(draft_device).type == "cpu"
-        self.scorer = round_scorer(preverifier) if on_cpu else None
-        self.blocks = BlockScorer(self.preverifier)  # the torch path, where `scorer` is None
-        self.token_logits: list[float] = []  # acceptance logits of every token drafted this round
-        self.trim = 0
-        self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
-        self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
-
-    def end_round(self, accepted: int, drafted: int, target_scores: torch.Tensor) -> None:
-        """What the next round's decisions may read (`config.loop_features`): the round just verified and the
-        target's confidence in the last token it chose (`target_scores`: its scores at that position)."""
-        if self.reads_loop:
-            self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
-
-    def start_round(self) -> None:
-        self.token_logits, self.trim = [], 0
-        if self.scorer is not None:
-            self.scorer.start(self.loop)
-        else:
-            self.blocks.start([self.loop])
-
-    @torch.no_grad()
-    def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
-        """Record one drafted token (draft hidden state, raw logits, id); True when drafting should stop.
-
-        On CPU each token is scored as it comes (`CompiledRoundScorer`: features and layer in one compiled call);
-        elsewhere the torch layer scores each block at its boundary over the round's cached keys and values. Either
-        way the decision is taken at block boundaries."""
-        start = time.perf_counter()
-        if self.scorer is not None:
-            self.token_logits.append(self.scorer.add(hidden[0], logits[0], int(token[0, 0])))
-            done = len(self.token_logits) % self.block_size == 0
-        else:
-            scored = self.blocks.add(hidden, logits, token[:, 0])
-            done = scored is not None
-            if done:
-                self.token_logits = scored[0].float().tolist()
-        stop = False
-        if done:
-            costs = None
-            if self.costs is not None:  # draft_cost: what trimming a drafted token cannot save (best_prefix)
-                costs = {"round_cost": self.costs.seconds(), "draft_cost": self.costs.token_seconds()}
-            stop, self.trim = self.preverifier.decide(self.token_logits, costs)
-        self.stats.preverifier_seconds += time.perf_counter() - start
-        return stop
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
-        """StoppingCriteria form: `draft_hidden=` the draft's last hidden state of the token just drafted."""
-        stop = self.add_token(kwargs["draft_hidden"], scores, input_ids[:, -1:])
-        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
+from .stop_rule import PacerStopRule
 
 
 class PacerCandidateGenerator(CandidateGenerator):
@@ -108,6 +26,8 @@ class PacerCandidateGenerator(CandidateGenerator):
 
     Without a stop criterion it is fixed-length speculative decoding (`sd-fixed-<γ>`).
     """
+
+    read_each_token: bool | None = None  # None: a CPU draft reads each token back (free there), others per block
 
     def __init__(
         self,
@@ -117,7 +37,7 @@ class PacerCandidateGenerator(CandidateGenerator):
         *,
         max_draft_tokens: int,
         stats: PacerStats,
-        stop: PacerStoppingCriteria | None = None,
+        stop: PacerStopRule | None = None,
         draft_forward: str = "auto",
     ):
         self.draft = draft
@@ -161,6 +81,9 @@ class PacerCandidateGenerator(CandidateGenerator):
         Returns how many drafted tokens to propose (a trimmed failed block excluded) and the processed
         logits of every drafted token. `interrupt(n, token)`, called after each token, ends drafting
         early (PEARL's cancellation); `generator` is the RNG for sampled drafts (default: torch's).
+        A CPU draft reads each token back for the EOS check (free there); elsewhere the tokens are read once per
+        block and at the round's end, and drafting ends at the first EOS among them: the same proposal, without
+        a device round trip per token.
         """
         cur_len = sequence.shape[1]
         keep = min(self.cache.get_seq_length(), cur_len - 1)  # the draft cache holds ids[:keep] == sequence[:keep]
@@ -168,6 +91,10 @@ class PacerCandidateGenerator(CandidateGenerator):
         ids = self.ids
         ids[:, keep:cur_len] = sequence[:, keep:]
         pending, processed, n = ids[:, keep:cur_len], [], 0
+        each = self.read_each_token
+        per_token = interrupt is not None or (ids.device.type == "cpu" if each is None else each)
+        block = self.stop.block_size if self.stop is not None else budget
+        checked = 0  # drafted tokens already read back for the EOS check
         if self.stop is not None:
             self.stop.start_round()
         for n in range(1, budget + 1):
@@ -181,13 +108,20 @@ class PacerCandidateGenerator(CandidateGenerator):
             ids[:, cur_len + n - 1] = token[:, 0]
             processed.append(scores)
             pending = token
-            value = token.item()  # one host read per token, for the EOS stop (free for a CPU draft)
-            if interrupt is not None and interrupt(n, value):
-                break
+            if per_token:
+                value = token.item()
+                if interrupt is not None and interrupt(n, value):
+                    break
+            elif self.eos and (n % block == 0 or n == budget):
+                eos = _first_eos(ids[0, cur_len + checked : cur_len + n].tolist(), self.eos)
+                if eos is not None:
+                    n = checked + eos
+                    break
+                checked = n
             if self.stop is not None and self.stop.add_token(hidden, raw, token):
                 n -= self.stop.trim
                 break
-            if value in self.eos:
+            if per_token and value in self.eos:
                 break
         self.stats.draft_forwards += len(processed)
         return n, processed
@@ -199,3 +133,8 @@ class PacerCandidateGenerator(CandidateGenerator):
         self.stats.accepted.append(int(num_matches))
         if self.stop is not None:
             self.stop.end_round(int(num_matches), self.clock.proposed, scores[0, int(num_matches)])
+
+
+def _first_eos(tokens: list[int], eos: set[int]) -> int | None:
+    """How many of `tokens` to keep: up to and including the first EOS, or None without one."""
+    return next((i + 1 for i, token in enumerate(tokens) if token in eos), None)

@@ -1,0 +1,269 @@
+"""Pacer's stop rule, in one place: how a drafted block is scored, which costs decide, the decision, the round's record.
+
+Every loop that drafts with a pre-verifier runs it through here: the single-row drafting loop (`draft_loop.py`, which
+PEARL, Ouroboros and prompt lookup with a draft reuse) through `PacerStopRule`, the batched loop through
+`BatchStopRule`. The scoring path is chosen once per call from where the draft's tensors live:
+- CPU: the compiled numba scorer, token by token (`preverifier_kernel.py`);
+- CUDA, with the pre-verifier on the device: the block's features and layer replayed as one CUDA graph
+  (`block_scorer.GraphBlockScorer`), read back once per block;
+- anywhere else: the torch forward, block by block (`block_scorer.BlockScorer`).
+The decision is `PacerPreVerifier.decide` on the host, given the costs this module is told to use: the round costs
+measured where the call runs (`RoundCosts`, probe plus online refit), a batch's own clock (`BatchClock`), or, said
+explicitly, the pre-verifier's stored calibration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+
+import torch
+from transformers import PreTrainedModel
+
+from ..costs import (
+    BatchClock,
+    RoundCosts,
+    cached_probe,
+    fastest,
+    forward_costs,
+    model_key,
+    resolve_costs,
+    timer,
+)
+from ..modeling_pacer import PacerPreVerifier, calibrated_round_time, loop_features, rows_continue
+from ..stats import PacerStats
+from .block_scorer import BlockScorer, GraphBlockScorer
+from .draft_forwards import draft_step_timer
+
+
+def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, target_scores: torch.Tensor) -> list[float]:
+    """`loop_features` for the round after a verified one; `target_scores`: the target's scores where it chose its
+    last token (its confidence there is their top probability)."""
+    confidence = float(torch.softmax(target_scores.float(), dim=-1).max())
+    return loop_features(accepted, drafted, confidence, preverifier.config.max_draft_tokens)
+
+
+def block_scorer(preverifier: PacerPreVerifier, draft_device: torch.device | None) -> BlockScorer | GraphBlockScorer:
+    """The torch scoring path for blocks drafted on `draft_device`: CUDA graphs where draft and pre-verifier share a
+    CUDA device (unless the environment sets PACER_HF_CUDA_GRAPHS=0, for debugging), else the eager forward."""
+    device = torch.device(draft_device) if draft_device is not None else preverifier.device
+    graphs = os.environ.get("PACER_HF_CUDA_GRAPHS", "1") != "0"
+    if graphs and device.type == "cuda" and preverifier.device == device:
+        return GraphBlockScorer.for_preverifier(preverifier)
+    return BlockScorer(preverifier)
+
+
+class PacerStopRule:
+    """The pre-verifier deciding, after every `block_size` drafted tokens, whether the next block is worth drafting.
+
+    Stop-only: a failed block has been drafted and is still verified, which keeps sampling exact. With
+    `trim_failed_block` (greedy only) `trim` says how many trailing tokens to drop instead. `costs`: the round costs
+    measured where the call runs (expected-gain rules); None decides with the pre-verifier's stored calibration.
+    """
+
+    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None,
+                 draft_device: torch.device | None = None):
+        self.preverifier = preverifier.eval()
+        self.costs = costs
+        self.block_size = preverifier.config.block_size
+        self.stats = stats
+        on_cpu = draft_device is None or torch.device(draft_device).type == "cpu"
+        if on_cpu:  # the compiled scorer reads the draft's tensors as numpy arrays: CPU drafts only
+            from .preverifier_kernel import round_scorer  # numba, imported when Pacer first runs
+
+            self.scorer = round_scorer(preverifier)
+        else:
+            self.scorer = None
+        self.blocks = block_scorer(self.preverifier, draft_device)  # where `scorer` is None
+        self.token_logits: list[float] = []  # acceptance logits of every token drafted this round
+        self.trim = 0
+        self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
+        self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
+
+    @property
+    def path(self) -> str:
+        """Which scoring path runs: "compiled" (numba, CPU), "graph" (CUDA graphs) or "torch"."""
+        return "compiled" if self.scorer is not None else self.blocks.path
+
+    def end_round(self, accepted: int, drafted: int, target_scores: torch.Tensor) -> None:
+        """What the next round's decisions may read (`config.loop_features`): the round just verified and the
+        target's confidence in the last token it chose (`target_scores`: its scores at that position)."""
+        if self.reads_loop:
+            self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
+
+    def start_round(self) -> None:
+        self.token_logits, self.trim = [], 0
+        if self.scorer is not None:
+            self.scorer.start(self.loop)
+        else:
+            self.blocks.start([self.loop])
+
+    def costs_now(self) -> dict | None:
+        """The costs `decide` reads: measured ones (`draft_cost`: what trimming a drafted token cannot save), or
+        None for the stored calibration."""
+        if self.costs is None:
+            return None
+        return {"round_cost": self.costs.seconds(), "draft_cost": self.costs.token_seconds()}
+
+    @torch.no_grad()
+    def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
+        """Record one drafted token (draft hidden state, raw logits, id `(1, 1)`); True when drafting should stop.
+
+        The compiled scorer scores each token as it comes; the torch paths score each block when it is full. Either
+        way the decision is taken at block boundaries, on the host, from the block's logits read back once."""
+        start = time.perf_counter()
+        if self.scorer is not None:
+            self.token_logits.append(self.scorer.add(hidden[0], logits[0], int(token[0, 0])))
+            done = len(self.token_logits) % self.block_size == 0
+        else:
+            scored = self.blocks.add(hidden, logits, token[:, 0])
+            done = scored is not None
+            if done:
+                self.token_logits = scored[0]
+        stop = False
+        if done:
+            stop, self.trim = self.preverifier.decide(self.token_logits, self.costs_now())
+        self.stats.preverifier_seconds += self._seconds(start)
+        return stop
+
+    def _seconds(self, start: float) -> float:
+        """The rule's own time since `start`: on the graph path its host work and the graphs' device time, not the
+        wait for the draft's queued kernels that reading a block back also absorbs."""
+        if self.scorer is None and self.blocks.path == "graph":
+            return self.blocks.take_seconds(time.perf_counter() - start)
+        return time.perf_counter() - start
+
+
+class BatchStopRule:
+    """Pacer in the batched loop: after every block the pre-verifier scores every row in one call. `mode` "row": each
+    row stops by its own decision, under the round costs of the batch's clock once it has timed two verify widths
+    (before that, explicitly, the pre-verifier's stored calibration); "batch": the rows stop together
+    (`rows_continue`: a padded verify slot is paid whether a row fills it or not), per-row until the clock is ready."""
+
+    def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, mode: str, clock: BatchClock,
+                 draft_device: torch.device | None = None):
+        self.preverifier, self.stats, self.mode, self.clock = preverifier.eval(), stats, mode, clock
+        self.block_size = preverifier.config.block_size
+        self.blocks = block_scorer(self.preverifier, draft_device)
+
+    def start(self, loops: list[list[float]]) -> None:
+        """A new round; `loops`: each row's `loop_features(...)` (read when `config.loop_features`)."""
+        self.blocks.start(loops)
+
+    def add(self, hidden: torch.Tensor, raw: torch.Tensor, tokens: torch.Tensor, drafted: list[list[int]],
+            drafting: list[bool]) -> list[tuple[bool, int]] | None:
+        """Record one drafted token per row; at a block boundary, (stop, trim) per row."""
+        start = time.perf_counter()
+        logits = self.blocks.add(hidden, raw, tokens)
+        if logits is None:
+            return None
+        table = self.round_seconds(len(drafted)) if self.clock.ready() else None
+        if self.mode == "batch" and table is not None:
+            decisions = [(not batch_continues(_open_probs(logits, drafted), drafting, self.block_size,
+                                              self.preverifier.config.max_draft_tokens, table), 0)] * len(drafted)
+        else:
+            costs = {"round_cost": table, "draft_cost": self.clock.draft_step} if table is not None else None
+            decisions = [self.preverifier.decide(row, costs) for row in logits]
+        seconds = time.perf_counter() - start
+        if self.blocks.path == "graph":
+            seconds = self.blocks.take_seconds(seconds)
+        self.stats.preverifier_seconds += seconds
+        self.clock.preverifier_call = self.clock.average(self.clock.preverifier_call, seconds)
+        return decisions
+
+    def round_seconds(self, rows: int) -> list[float]:
+        """Seconds of a lockstep round drafting n = 0..max_draft_tokens tokens per row: n draft steps, a pre-verifier
+        call per block, a verify forward over rows * (n + 1) tokens (the clock's measurements)."""
+        clock, block = self.clock, self.block_size
+        return [n * clock.draft_step + -(-n // block) * clock.preverifier_call + clock.verify_seconds(rows * (n + 1))
+                for n in range(self.preverifier.config.max_draft_tokens + 1)]
+
+
+def _open_probs(logits: list[list[float]], drafted: list[list[int]]) -> list[list[float]]:
+    """Acceptance probabilities of each row's drafted tokens (a row that stopped: its filler is not a draft)."""
+    return [torch.sigmoid(torch.tensor(row[: len(d)], dtype=torch.float64)).tolist() for row, d in zip(logits, drafted)]
+
+
+def batch_continues(probs: list[list[float]], open_rows: list[bool], block_size: int, max_tokens: int,
+                    seconds: list[float] | Callable[[int], float]) -> bool:
+    """Pacer's expected-gain rule for a padded batch (`pacer_batch_stop="batch"`): the single-row rule generalised
+    to rows drafting together (`modeling_pacer.rows_continue`), `seconds[n]` the time of a round of n drafted
+    tokens, n = 0..max_tokens (a table, or a function that fills one: the rule reads numbers and calls nothing back)."""
+    table = [seconds(n) for n in range(max_tokens + 1)] if callable(seconds) else list(seconds)
+    return rows_continue(probs, open_rows, block_size, max_tokens, table.__getitem__)
+
+
+@torch.no_grad()
+def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedModel,
+                            scorer: bool = True) -> Callable[[], float]:
+    """A callable returning the seconds per drafted token of what generation runs for Pacer (`PacerStopRule.add_token`:
+    the draft-distribution features over the draft's full vocabulary, the scoring, the decision), over 8-token rounds
+    at block size 1. `scorer=False` scores with the eager torch forward block by block instead of the path generation
+    takes on the draft's device.
+
+    Scoring is per token whatever the block size (the CPU scorer adds one token at a time), so the cost model
+    charges it per drafted token."""
+    config = preverifier.config.to_dict()
+    config.update(block_size=1, decision_rule="block", threshold=0.0, trim_failed_block=False)
+    copy = type(preverifier)(type(preverifier.config)(**config)).to(preverifier.device).eval()
+    copy.load_state_dict(preverifier.state_dict())
+    # the inputs live where the draft makes them, and the path is the one generation takes there
+    stop = PacerStopRule(copy, PacerStats(strategy="timing"), draft_device=draft.device)
+    if not scorer:
+        stop.scorer, stop.blocks = None, BlockScorer(copy)
+    vocab = draft.get_output_embeddings().out_features
+    generator = torch.Generator().manual_seed(0)
+    tokens = min(8, copy.config.max_draft_tokens)
+    hidden = torch.randn(tokens, 1, copy.config.draft_hidden_size, generator=generator).to(draft.device)
+    logits = (torch.randn(tokens, 1, vocab, generator=generator) * 3).to(draft.device)
+    ids = logits.argmax(-1, keepdim=True)
+
+    def round_() -> None:
+        stop.start_round()
+        for i in range(tokens):
+            stop.add_token(hidden[i], logits[i], ids[i])
+
+    round_()  # compiles (or captures) the scorer here: a compile inside the caller's warm-up pass slows what it times next
+    timed = timer(round_, None, 0, draft.device if draft.device.type == "cuda" else copy.device)
+    return lambda: timed() / tokens
+
+
+def draft_costs(model: PreTrainedModel, draft: PreTrainedModel, preverifier, max_tokens: int, mode,
+                prior: list[float] | None, prior_per_token: float | None = None) -> RoundCosts:
+    """A draft round proposing k = 0..max_tokens tokens: k draft steps, k pre-verifier scorings, a target
+    forward over k + 1 tokens."""
+    def probe():
+        key, describe, verify, wall = forward_costs(model, max_tokens + 1)
+        draft_key = model_key(draft) + model_key(preverifier)
+
+        def measure() -> list[float]:
+            step, score = draft_step_timer(draft), preverifier_token_timer(preverifier, draft)
+            return [fastest(step, 5) + fastest(score, 5)]
+
+        (per_token,), draft_wall = cached_probe(draft_key, measure)
+        seconds = [verify[k] + k * per_token for k in range(max_tokens + 1)]
+        describe = {**describe, "draft_token_ms": round(1000 * per_token, 6)}
+        return hashlib.sha1((key + draft_key).encode()).hexdigest()[:16], describe, seconds, wall + draft_wall, per_token
+
+    return resolve_costs(mode, prior=prior, what="the pre-verifier", probe=probe, prior_per_token=prior_per_token)
+
+
+def stop_rule_for(context, stats: PacerStats, max_tokens: int) -> PacerStopRule | None:
+    """The stop rule of one strategy call (`context`: its `StrategyContext`), None without a pre-verifier. The cost
+    source is chosen here: an expected-gain rule decides with the round costs measured on this machine
+    (`generate`'s `pacer_costs=`: probe plus online refit by default), reported in `stats.costs` when the call
+    ends; a threshold rule reads no costs."""
+    preverifier = context.preverifier
+    if preverifier is None:
+        return None
+    costs = None
+    if preverifier.config.decision_rule == "expected_gain":
+        calibration = preverifier.config.calibration
+        prior = [calibrated_round_time(calibration)(k) for k in range(max_tokens + 1)] if calibration else None
+        per_token = calibration["draft_cost"] + calibration.get("preverifier_cost", 0.0) if calibration else None
+        costs = draft_costs(context.model, context.draft, preverifier, max_tokens, context.costs, prior, per_token)
+        stats.use_costs(costs)
+    draft_device = context.draft.device if context.draft is not None else None
+    return PacerStopRule(preverifier, stats, costs, draft_device=draft_device)
