@@ -20,7 +20,7 @@ import torch
 
 from pacer_hf.generation import load_preverifier
 from pacer_hf.training.calibrate import prepare
-from pacer_hf.training.collect import load_traces
+from pacer_hf.training.traces import load_traces
 from pacer_hf.training.train import auc_ece, predict_probs
 
 

@@ -75,7 +75,7 @@ def tiny_pair(root: Path):
 def demo_pair(folder: Path):
     """The shipped demo pair and HumanEval prompts (what the PEARL issue reports on)."""
     from pacer_hf.data.prompts import humaneval_prompts
-    from pacer_hf.demo import load_demo_pair
+    from pacer_hf.pairs import load_demo_pair
 
     target, draft, tokenizer = load_demo_pair(folder)
     prompts = [tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids for text in humaneval_prompts(8)]

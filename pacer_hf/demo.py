@@ -27,10 +27,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from pacer_hf import PacerPreVerifier
 
-from .pairs import (  # noqa: F401 - the demo pair's loaders, re-exported where they were first published
+from .pairs import (
     PAIRS,
-    REBUILD_HINT,
-    REQUIRED_FILES,
     SHIPPED_DIR,
     DemoPairMissing,
     load_demo_pair,

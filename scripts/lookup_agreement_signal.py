@@ -24,8 +24,8 @@ from sklearn.linear_model import LogisticRegression
 from pacer_hf.costs import CostModel
 from pacer_hf.generation import load_preverifier
 from pacer_hf.recipes.smollm2_draft_train import read_records
-from pacer_hf.training.collect import load_traces
 from pacer_hf.training.simulate import acceptance_matrix, speedup_table
+from pacer_hf.training.traces import load_traces
 from pacer_hf.training.train import auc_ece, predict_probs, prepare
 
 

@@ -21,8 +21,8 @@ import json
 
 from pacer_hf.costs import CostModel
 from pacer_hf.generation import load_preverifier
-from pacer_hf.training.collect import load_traces
 from pacer_hf.training.simulate import acceptance_matrix, speedup_table
+from pacer_hf.training.traces import load_traces
 from pacer_hf.training.train import auc_ece, predict_probs, prepare, split_by_text
 
 

@@ -20,7 +20,7 @@ from pacer_hf.generation import load_preverifier
 from pacer_hf.modeling_pacer import calibrated_round_time
 from pacer_hf.training import simulate
 from pacer_hf.training.calibrate import prepare
-from pacer_hf.training.collect import load_traces
+from pacer_hf.training.traces import load_traces
 from pacer_hf.training.train import predict_probs
 
 

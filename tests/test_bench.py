@@ -10,7 +10,7 @@ import torch
 from conftest import build_draft, build_model, make_preverifier
 
 import pacer_hf
-from pacer_hf.bench import BenchConfig, BenchmarkMismatch, Prompt, run_benchmark
+from pacer_hf.bench import BenchConfig, BenchmarkMismatch, Prompt, run_benchmark, timed_call
 from pacer_hf.bench import runner as bench_runner
 from pacer_hf.bench.metrics_core import RECORD_KEYS
 from pacer_hf.bench.report import check_out_dir, write_outputs
@@ -80,9 +80,9 @@ def test_hf_round_counting_matches_pacer_stats(models):
     """The hook-based per-round record used for HF's generators equals pacer_hf's own (greedy, same γ)."""
     target, draft, _ = models
     prompt = _prompts(1)["alpha-cat"][0]
-    counter = bench_runner.ForwardCounter(target, draft)
+    counter = timed_call.ForwardCounter(target, draft)
     try:
-        sd, hf = (bench_runner.run_call(s, target, draft, prompt, 0.0, 16, {}, counter, 0)
+        sd, hf = (timed_call.run_call(s, target, draft, prompt, 0.0, 16, {}, counter, 0)
                   for s in resolve_strategies(["sd-fixed-3", "hf-fixed-3"], False)[1:])
     finally:
         counter.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pacer_hf import demo
+from pacer_hf import demo, pairs
 from pacer_hf._paths import hub_cards_dir
 from pacer_hf.recipes import demo_pair
 
@@ -52,7 +52,7 @@ def test_tiny_build_exports_loadable_hub_folders(tiny_build):
     out = Path(args.out)
     for role in ("target", "draft"):
         folder = out / f"demo-{role}"
-        for name in (*demo.REQUIRED_FILES, "README.md", demo_pair.SPLITS_FILE):
+        for name in (*pairs.REQUIRED_FILES, "README.md", demo_pair.SPLITS_FILE):
             assert (folder / name).is_file(), name
         assert (folder / "README.md").read_text().startswith("---\n")
         from transformers import AutoModelForCausalLM
@@ -97,8 +97,8 @@ def test_grow_deeper_preserves_the_function():
 
 def test_demo_runs_on_the_tiny_pair_and_outputs_match(tiny_build):
     args, _ = tiny_build
-    target, draft, tok = demo.load_demo_pair(args.out)
-    pv, note = demo.load_demo_preverifier(draft, args.out)
+    target, draft, tok = pairs.load_demo_pair(args.out)
+    pv, note = pairs.load_demo_preverifier(draft, args.out)
     assert note.startswith("pre-verifier:") and pv.config.loop_features, "the preverifier stage ships one"
     # the bench harness raises BenchmarkMismatch if any output differs from plain decoding
     result = demo.run_demo(target, draft, tok, pv, prompts=1, max_new_tokens=8, repeats=1, gammas=(2, 4))
@@ -143,19 +143,19 @@ def test_onpolicy_stage_fits_measures_and_ships_the_draft(tiny_build):
 
 def test_missing_or_corrupted_pair_says_how_to_rebuild(tiny_build, tmp_path):
     args, _ = tiny_build
-    with pytest.raises(demo.DemoPairMissing, match="build-demo-pair"):
-        demo.load_demo_pair(tmp_path / "nowhere")
+    with pytest.raises(pairs.DemoPairMissing, match="build-demo-pair"):
+        pairs.load_demo_pair(tmp_path / "nowhere")
     broken = tmp_path / "broken"
     shutil.copytree(args.out, broken)
     (broken / "demo-draft" / "model.safetensors").write_bytes(b"not a safetensors file")
-    with pytest.raises(demo.DemoPairMissing, match="build-demo-pair"):
-        demo.load_demo_pair(broken)
+    with pytest.raises(pairs.DemoPairMissing, match="build-demo-pair"):
+        pairs.load_demo_pair(broken)
 
 
 @pytest.mark.skipif(not (SHIPPED / "demo-target" / "model.safetensors").exists(), reason="shipped pair not built")
 def test_demo_on_the_shipped_pair():
-    target, draft, tok = demo.load_demo_pair(SHIPPED)
-    pv, _ = demo.load_demo_preverifier(draft, SHIPPED)
+    target, draft, tok = pairs.load_demo_pair(SHIPPED)
+    pv, _ = pairs.load_demo_preverifier(draft, SHIPPED)
     result = demo.run_demo(target, draft, tok, pv, prompts=1, max_new_tokens=12, repeats=1, gammas=(4,))
     assert len(result.records) == 4 and all(r["identical_to_ar"] for r in result.records)
     assert all(r["tokens_per_s"] > 0 for r in result.records)

@@ -130,8 +130,9 @@ def _answers(target, n: int = 4, new_tokens: int = 20, top_k: int = 4, do_sample
 def test_collect_along_answers_labels_and_chain(pair, tmp_path):
     """Labels equal verification by the target (its forward over prefix + draft); rounds follow one another as
     fixed-length speculative decoding runs them; each row carries the loop state that round would see."""
-    from pacer_hf.training.collect import load_traces, propose_and_label, read_manifest
+    from pacer_hf.training.collect import propose_and_label
     from pacer_hf.training.collect_answers import collect_along_answers
+    from pacer_hf.training.traces import load_traces, read_manifest
 
     target, draft = pair("llama", "noisy")
     records = _answers(target)
@@ -167,8 +168,8 @@ def test_collect_along_answers_labels_and_chain(pair, tmp_path):
 def test_teacher_forced_traces_equal_the_rollouts_where_labels_are_defined(pair, tmp_path):
     """One forward per answer gives the same rounds, tokens, labels, loop state, hidden states and features as a
     rollout per round, at every drafted token up to and including the round's first miss."""
-    from pacer_hf.training.collect import load_traces
     from pacer_hf.training.collect_answers import collect_along_answers
+    from pacer_hf.training.traces import load_traces
 
     target, draft = pair("llama", "noisy")
     draft = draft.float()
@@ -197,8 +198,8 @@ def test_sampled_traces_label_each_sampled_token_with_its_acceptance_probability
     """T = 1 traces along sampled answers: every drafted token is the draft's sample given the answer so far, its
     label min(1, p/q) under the target's and the draft's T = 1 distributions there; rounds follow one another
     with the loop state the previous round leaves; the manifest says `sampling`."""
-    from pacer_hf.training.collect import load_traces, read_manifest
     from pacer_hf.training.collect_answers import collect_along_answers
+    from pacer_hf.training.traces import load_traces, read_manifest
 
     target, draft = pair("llama", "noisy")
     target, draft = target.float(), draft.float()
@@ -249,7 +250,7 @@ def test_trained_on_them_reads_them(pair, tmp_path):
     assert model.config.loop_features and model.loop_proj is not None
     ablated, _ = train_preverifier(str(traces), tmp_path / "pv-ablated", epochs=1, progress=False, loop_features=False)
     assert not ablated.config.loop_features and ablated.loop_proj is None
-    from pacer_hf.training.collect import load_traces
+    from pacer_hf.training.traces import load_traces
 
     data = prepare(load_traces(traces))
     with torch.no_grad():

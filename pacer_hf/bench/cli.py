@@ -375,7 +375,8 @@ def _run_batches(args, target, draft, preverifier, tokenizer, prompts, config, b
     import torch
 
     from .batch import BatchBenchConfig, run_batch_benchmark, write_batch_outputs
-    from .runner import BenchmarkMismatch, physical_cores
+    from .machine import physical_cores
+    from .runner import BenchmarkMismatch
 
     torch.set_num_threads(config.threads or physical_cores())
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -2,8 +2,7 @@
 
 Counting is done by the harness itself, the same way for every strategy (timed_call.py: one timed call, its target
 and draft forwards counted by hooks, pacer_hf strategies' own `PacerStats` used where they report rounds); this
-module runs the calls, checks greedy outputs against `ar`, and aggregates. Its former names (`run_call`,
-`CallResult`, `ForwardCounter`, `physical_cores`, `machine_info`) are still importable from here.
+module runs the calls, checks greedy outputs against `ar`, and aggregates.
 """
 
 from __future__ import annotations
@@ -38,9 +37,8 @@ from .strategy_calls import (
 )
 from .timed_call import CallResult, ForwardCounter, run_call
 
-__all__ = ["SCHEMA", "BenchConfig", "BenchResult", "BenchmarkMismatch", "CallResult", "ForwardCounter",
-           "PoolIsolation", "histogram", "machine_info", "median_spread", "physical_cores", "preverifier_variants",
-           "run_benchmark", "run_call"]
+__all__ = ["SCHEMA", "BenchConfig", "BenchResult", "BenchmarkMismatch", "PoolIsolation", "histogram",
+           "median_spread", "preverifier_variants", "run_benchmark"]
 
 SCHEMA = 1  # bump when results.json records change meaning
 

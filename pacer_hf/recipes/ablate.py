@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 
 from ..loops.probes import measure_costs
-from ..training.collect import load_traces
 from ..training.simulate import (
     CostModel,
     acceptance_matrix,
@@ -25,6 +24,7 @@ from ..training.simulate import (
     speedup,
     speedup_table,
 )
+from ..training.traces import load_traces
 from ..training.train import auc_ece, predict_probs, prepare, split_by_text, train_preverifier
 
 VARIANTS = {

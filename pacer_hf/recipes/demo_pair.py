@@ -21,8 +21,8 @@ Independent stages (target-base | draft, then target | distill) may run as two p
 
 Modules: this one (shapes, training stages, the command), `demo_train` (a stage's `transformers.Trainer` run on a
 wall-time budget), `demo_data` (corpus, split, tokenizer, token blocks), `demo_export` (evaluation, Hub folders,
-model cards), `demo_onpolicy` (the last two stages). Nothing outside pacer_hf.training imports
-them: `pacer-hf demo` and `pacer-hf bench` read the built folders only.
+model cards), `demo_onpolicy` and `demo_onpolicy_card` (the last two stages). The library does not import them (only
+the recipes and the CLI's build commands do): `pacer-hf demo` and `pacer-hf bench` read the built folders only.
 """
 
 from __future__ import annotations
@@ -50,9 +50,7 @@ from .demo_data import (
     stdlib_root,
     train_tokenizer,
 )
-from .demo_data import Blocks as Blocks  # re-exported: its name here before demo_train.py
 from .demo_export import decode_step_ms, heldout_loss, stage_export
-from .demo_train import ELAPSED_FILE as ELAPSED_FILE  # re-exported: its name here before demo_train.py
 from .demo_train import train_stage
 
 SHIPPED_DIR = hub_cards_dir()  # where the built pair is shipped (demo-target/, demo-draft/)

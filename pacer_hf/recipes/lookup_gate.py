@@ -38,8 +38,6 @@ from ..candidates.suffix import SuffixCache, gate_features
 from ..configuration_lookup_gate import NUM_LOOKUP_FEATURES, PacerLookupGateConfig
 from ..modeling_lookup_gate import PacerLookupGate, find_lookup, lookup_features
 from .lookup_gate_sim import measure_round_cost, speed_table
-from .lookup_gate_sim import policy_lengths as policy_lengths  # re-exported with simulate: the recipe's names
-from .lookup_gate_sim import simulate as simulate
 
 EXAMPLES = "lookup_examples.pt"
 EXAMPLES_FORMAT = 3  # bump when record_examples changes: cached examples of another format are rebuilt

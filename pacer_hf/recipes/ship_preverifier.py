@@ -25,7 +25,7 @@ def train_calibrate_ship(target, draft, traces: dict, trained: Path, shipped: Pa
     from ..hub.publish import build_preverifier_repo
     from ..loops.probes import measure_costs
     from ..training.calibrate import calibrate_preverifier, format_table, measure_loop_costs
-    from ..training.collect import load_traces
+    from ..training.traces import load_traces
     from ..training.train import split_by_text, train_preverifier
 
     if not (trained / "model.safetensors").is_file():

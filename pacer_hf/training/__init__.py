@@ -8,9 +8,10 @@
 import importlib
 from typing import TYPE_CHECKING
 
-from .collect import CollectConfig, collect, load_traces, propose_and_label, read_manifest
+from .collect import collect, propose_and_label
 from .simulate import CostModel, best_setting, pacer_lengths, speedup, speedup_table
 from .sources import load_texts
+from .traces import CollectConfig, load_traces, read_manifest
 
 # The modules that need transformers.Trainer are imported on first use (PEP 562), so the benchmark's
 # cost model (`pacer_hf.training.simulate`) does not load the Trainer stack.

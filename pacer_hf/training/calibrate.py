@@ -26,9 +26,9 @@ from ..costs import CostModel, timed
 from ..generation import EnabledState, disable, enable, last_stats
 from ..loops.probes import measure_costs
 from ..modeling_pacer import PacerPreVerifier
-from .collect import load_traces
 from .common import cli_errors
 from .simulate import acceptance_matrix, best_setting, speedup_table
+from .traces import load_traces
 from .train import auc_ece, predict_probs, prepare, split_by_text
 from .validate import compare_in_generate
 

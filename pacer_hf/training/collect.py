@@ -31,9 +31,8 @@ from ..loading import check_pair, load_causal_lm, load_tokenizer, model_name
 from ..modeling_pacer import draft_features, draft_signature
 from .common import cli_errors
 from .sources import load_texts
-from .traces import (  # noqa: F401 - the collection's storage, importable from here as before
+from .traces import (
     FORMAT_VERSION,
-    MANIFEST,
     CollectConfig,
     _digest,
     _features,
@@ -41,7 +40,6 @@ from .traces import (  # noqa: F401 - the collection's storage, importable from 
     _open_shards,
     _save_shard,
     _shard_done,
-    load_traces,
     read_manifest,
 )
 
@@ -194,7 +192,7 @@ def collect(
     progress: bool = True,
     _stop_after_shards: int | None = None,
 ) -> Path:
-    """Collect traces into `output_dir` (resumable). Returns the folder; load it with `load_traces`.
+    """Collect traces into `output_dir` (resumable). Returns the folder; load it with `traces.load_traces`.
 
     Pass `texts` with `tokenizer`, or pre-tokenized `token_ids`. Rerunning with the same arguments
     resumes an interrupted run; a folder holding a different run is refused (or deleted with

@@ -21,9 +21,9 @@ from transformers import Trainer, TrainingArguments, set_seed
 from ..configuration_pacer import PacerConfig
 from ..costs import CostModel
 from ..modeling_pacer import PacerPreVerifier
-from .collect import load_traces, read_manifest
 from .common import cli_errors
 from .simulate import THRESHOLDS, acceptance_matrix, pacer_lengths, speedup, speedup_table
+from .traces import load_traces, read_manifest
 
 INPUT_COLUMNS = ("draft_hidden_states", "draft_features")
 
