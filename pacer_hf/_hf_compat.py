@@ -12,7 +12,9 @@ Differences between releases are settled here by capability, never in the loops:
 from __future__ import annotations
 
 import inspect
+import types
 import weakref
+from collections.abc import Callable
 
 import torch
 import transformers
@@ -24,6 +26,9 @@ from transformers.generation.candidate_generator import AssistedCandidateGenerat
 from transformers.generation.utils import _speculative_sampling
 
 SUPPORTED_RANGE = (Version("5.21.0"), Version("5.25.0"))
+# The method `_assisted_decoding` asks for its candidate generator: `enable` and the benchmark bind their own over it,
+# on the instance (`bind_candidate_factory`); `disable` removes what was bound (`ModelState.ATTRIBUTES`).
+CANDIDATE_HOOK = "_get_candidate_generator"
 # The models' cache argument and output field: `cache` from 5.24 on (`past_key_values` still works there, with a
 # deprecation warning on every call), `past_key_values` before.
 CACHE_KWARG = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
@@ -62,7 +67,9 @@ __all__ = [
     "CandidateGenerator",
     "DynamicCache",
     "CACHE_KWARG",
+    "CANDIDATE_HOOK",
     "batch_row_cache",
+    "bind_candidate_factory",
     "check_cache_support",
     "check_supported",
     "crop_cache",
@@ -72,7 +79,10 @@ __all__ = [
     "gather_cache_slots",
     "new_cache",
     "output_cache",
+    "pad_token_id",
+    "record_past",
     "speculative_sampling",
+    "unbind_candidate_factory",
 ]
 
 
@@ -92,6 +102,11 @@ def check_supported() -> None:
             f"transformers {transformers.__version__}: GenerationMixin._get_candidate_generator has parameters "
             f"{params}, expected {_EXPECTED_FACTORY_PARAMS}; this build is not supported by pacer_hf."
         )
+    missing = [name for owner, name in ((GenerationMixin, "_prepare_special_tokens"), (Cache, "activate_past_recording"))
+               if not callable(getattr(owner, name, None))]
+    if missing:
+        raise RuntimeError(f"transformers {transformers.__version__} has no {', '.join(missing)}; this build is not "
+                           "supported by pacer_hf.")
     params = list(inspect.signature(_speculative_sampling).parameters)
     if params != _EXPECTED_SAMPLING_PARAMS:
         raise RuntimeError(
@@ -103,6 +118,23 @@ def check_supported() -> None:
 def default_candidate_generator(model, *args, **kwargs) -> CandidateGenerator:
     """transformers' own choice of candidate generator (plain HF behaviour)."""
     return GenerationMixin._get_candidate_generator(model, *args, **kwargs)
+
+
+def bind_candidate_factory(model, factory: Callable) -> Callable | None:
+    """Bind `factory` (with `GenerationMixin._get_candidate_generator`'s parameters) on this instance, where
+    `_assisted_decoding` looks for its candidate generator; returns what the instance had bound before (None: none)."""
+    check_supported()
+    previous = model.__dict__.get(CANDIDATE_HOOK)
+    setattr(model, CANDIDATE_HOOK, types.MethodType(factory, model))
+    return previous
+
+
+def unbind_candidate_factory(model, previous: Callable | None = None) -> None:
+    """Put back what `bind_candidate_factory` returned (None: the class's own factory again)."""
+    if previous is None:
+        model.__dict__.pop(CANDIDATE_HOOK, None)
+    else:
+        setattr(model, CANDIDATE_HOOK, previous)
 
 
 def speculative_sampling(
@@ -131,6 +163,12 @@ def eos_tensor(generation_config: GenerationConfig) -> torch.Tensor | None:
     return getattr(generation_config, "_eos_token_tensor", None)
 
 
+def pad_token_id(generation_config: GenerationConfig, default: int = 0) -> int:
+    """The pad id `generate` prepared (`_prepare_special_tokens`' `_pad_token_tensor`), else `default`."""
+    pad = getattr(generation_config, "_pad_token_tensor", None)
+    return int(pad) if pad is not None else default
+
+
 def eos_ids(eos) -> set[int]:
     """The EOS ids as a set of ints, from what holds them: None, an id, a list of ids, or a tensor (`eos_tensor`).
     The one place every loop, generator and collector reads its EOS set from."""
@@ -147,6 +185,11 @@ def new_cache(config: PretrainedConfig) -> DynamicCache:
     cache = DynamicCache(config=config)
     cache.activate_past_recording()
     return cache
+
+
+def record_past(cache: Cache) -> None:
+    """Make the cache's windowed and linear-attention layers keep the states a rollback needs (`crop_cache`)."""
+    cache.activate_past_recording()
 
 
 def crop_cache(cache, length: int) -> None:

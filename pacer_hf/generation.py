@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
-from ._hf_compat import check_supported, default_candidate_generator
+from ._hf_compat import bind_candidate_factory, check_supported, default_candidate_generator
 from .attached import attached_preverifier, default_lookup_gate, require_attached
 from .candidates.suffix import ScopedSuffixCache, as_scoped, refuse_cache
 from .costs import check_cost_mode
@@ -74,7 +74,7 @@ class EnabledState(ModelState):
             model.generation_config.pacer = None  # a config entry makes `pacer` a legal, saveable generate kwarg
         state.plain_generate = model.generate
         model.generate = types.MethodType(_generate, model)
-        model._get_candidate_generator = types.MethodType(_get_candidate_generator, model)
+        bind_candidate_factory(model, _get_candidate_generator)
         state.transformers_call = None
         state.last_stats = None
         state.loaded = {}

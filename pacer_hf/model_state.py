@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._hf_compat import CANDIDATE_HOOK
+
 ENABLE = ("plain_generate", "transformers_call", "loaded", "added_config_entry")
 FIELDS = (*ENABLE, "last_stats", "preverifier", "preverifier_sampling", "lookup_gate", "lookup_calibration",
           "decode_step", "phrase_pools", "hub_loaded")
@@ -43,7 +45,7 @@ class ModelState:
     ENABLE = ENABLE
     FIELDS = FIELDS
     # what `disable` removes from the instance (the Hub bundle saves and restores these around its call)
-    ATTRIBUTES = ("generate", "_get_candidate_generator", *(attribute(name) for name in ENABLE))
+    ATTRIBUTES = ("generate", CANDIDATE_HOOK, *(attribute(name) for name in ENABLE))
 
     def __init__(self, model: Any):
         object.__setattr__(self, "_model", model)

@@ -1,6 +1,6 @@
 """The package stays straight: no import cycle between pacer_hf modules nor between its folders (function-local
 imports counted), none between bench/ and training/, the vLLM proposer free of bench/, costs measured in costs/,
-no module past 400 lines and no function past 80."""
+no module past 400 lines and no function past 80, transformers' private API reached only from _hf_compat.py."""
 
 from __future__ import annotations
 
@@ -143,3 +143,32 @@ def test_model_code_is_self_contained():
     for model in ("pacer", "lookup_gate"):
         for name in (f"pacer_hf.configuration_{model}", f"pacer_hf.modeling_{model}"):
             assert imports_of(name, found[name], set(found)) <= {f"pacer_hf.configuration_{model}"}, name
+
+
+# transformers' private generation and cache API that pacer_hf reaches (the version window's check guards it)
+HF_PRIVATE = {"_get_candidate_generator", "_pad_token_tensor", "_eos_token_tensor", "activate_past_recording",
+              "_speculative_sampling", "_assisted_decoding", "_prepare_special_tokens"}
+
+
+def private_hf_uses(tree: ast.AST) -> list[tuple[int, str]]:
+    """Lines reaching transformers' private API: an attribute or a string naming it, or a private name imported."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in HF_PRIVATE:
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.Constant) and node.value in HF_PRIVATE:
+            found.append((node.lineno, node.value))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "transformers":
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.startswith("_")]
+    return sorted(found)
+
+
+def test_transformers_private_api_only_in_hf_compat():
+    uses = {name: hits for name, path in modules().items() if name != "pacer_hf._hf_compat"
+            if (hits := private_hf_uses(ast.parse(path.read_text(encoding="utf-8"))))}
+    assert not uses, f"reach these through pacer_hf/_hf_compat.py: {uses}"
+    compat = private_hf_uses(ast.parse(modules()["pacer_hf._hf_compat"].read_text(encoding="utf-8")))
+    assert {"_pad_token_tensor", "activate_past_recording", "_speculative_sampling"} <= {n for _, n in compat}, \
+        "the finder sees what _hf_compat reaches"
+    sample = "model._get_candidate_generator = f\nx = getattr(c, '_pad_token_tensor')\nfrom transformers.x import _y"
+    assert [n for _, n in private_hf_uses(ast.parse(sample))] == ["_get_candidate_generator", "_pad_token_tensor", "_y"]

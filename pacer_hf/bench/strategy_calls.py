@@ -10,7 +10,6 @@ whether they need a pre-verifier, are the registry's.
 from __future__ import annotations
 
 import copy
-import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from transformers import PreTrainedModel
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 from transformers.utils import is_sklearn_available
 
+from .._hf_compat import bind_candidate_factory, unbind_candidate_factory
 from ..candidates import SuffixCache
 from ..strategies import (
     DEFAULT_LOOKUP_TOKENS,
@@ -262,8 +262,6 @@ def draft_generation_config(draft: PreTrainedModel | None, settings: dict[str, A
 def static_confidence(target: PreTrainedModel) -> Iterator[None]:
     """Bind (on this instance, for one call) a candidate-generator factory returning the frozen-threshold
     subclass; whatever was bound before (pacer_hf.enable's factory or nothing) is put back."""
-    previous = target.__dict__.get("_get_candidate_generator")
-
     def factory(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
                 assistant_model=None, target_tokenizer=None, assistant_tokenizer=None):
         return StaticConfidenceCandidateGenerator(
@@ -271,14 +269,11 @@ def static_confidence(target: PreTrainedModel) -> Iterator[None]:
             model_kwargs=model_kwargs, inputs_tensor=inputs_tensor, logits_processor=logits_processor,
         )
 
-    target._get_candidate_generator = types.MethodType(factory, target)
+    previous = bind_candidate_factory(target, factory)
     try:
         yield
     finally:
-        if previous is None:
-            target.__dict__.pop("_get_candidate_generator", None)
-        else:
-            target._get_candidate_generator = previous
+        unbind_candidate_factory(target, previous)
 
 
 def call_context(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel | None):

@@ -30,7 +30,7 @@ from transformers import (
 )
 from transformers.generation import GenerateDecoderOnlyOutput
 
-from .._hf_compat import CACHE_KWARG, eos_ids, eos_tensor
+from .._hf_compat import CACHE_KWARG, eos_ids, eos_tensor, pad_token_id
 from ..costs import BatchClock, timed
 from ..modeling_pacer import PacerPreVerifier
 from ..stats import PacerStats
@@ -186,8 +186,7 @@ def batched_assisted_decoding(
     pads = [0] * input_ids.shape[0] if mask is None else (mask == 0).sum(1).tolist()
     target_cache = RowCache.for_model(model, model_kwargs[CACHE_KWARG], len(pads), device)
     eos_set = eos_ids(eos_tensor(config))
-    pad_id = getattr(config, "_pad_token_tensor", None)
-    pad_id = int(pad_id) if pad_id is not None else 0
+    pad_id = pad_token_id(config)
     max_new = config.max_length - input_ids.shape[1]
     rows = [_Row(b, input_ids[b].tolist(), pads[b], type(stats)(strategy=stats.strategy)) for b in range(len(pads))]
     keep_scores = config.return_dict_in_generate and config.output_scores

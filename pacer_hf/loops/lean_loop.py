@@ -34,6 +34,7 @@ from .._hf_compat import (
     default_candidate_generator,
     eos_ids,
     eos_tensor,
+    record_past,
     speculative_sampling,
 )
 
@@ -75,7 +76,7 @@ def lean_assisted_decoding(
     scores, raw_logits = (() if keep_scores else None), (() if keep_logits else None)
     eos_set = eos_ids(eos_tensor(config))
     forward_kwargs = {CACHE_KWARG: cache, "use_cache": True}
-    cache.activate_past_recording()  # windowed / linear-attention layers must be able to roll back
+    record_past(cache)  # windowed / linear-attention layers must be able to roll back
     while True:
         cur_len = input_ids.shape[1]
         candidates, candidate_logits = generator.get_candidates(input_ids)
