@@ -127,7 +127,8 @@ def threshold_length(survival: list[float], threshold: float) -> int:
 
 def expected_gain_length(survival: list[float], round_cost: list[float]) -> int:
     """The k in 0..len(survival) with the most expected tokens per unit of time, (1 + sum(survival[:k])) /
-    round_cost[k]: a round yields its accepted tokens plus the target's own next token (ties: shorter)."""
+    round_cost[k]: a round yields its accepted tokens plus the target's own next token. Ties go to the shorter
+    prefix, as in the rule's other copies (docs/ALGORITHM.md, "The best prefix")."""
     best, best_rate, expected = 0, 1.0 / round_cost[0], 1.0
     for k, s in enumerate(survival[: len(round_cost) - 1], start=1):
         expected += s

@@ -340,13 +340,13 @@ def best_prefix(probs: list[float], costs: dict) -> int:
     """How many of the `len(probs)` drafted tokens to propose (greedy only): the prefix k with the most expected
     tokens, 1 + sum_{i<k} prod_{j<=i} probs[j], per unit of time, where a round that drafted n tokens and proposes k
     costs time(k) + (n - k) * (draft_cost + preverifier_cost): the drafting is paid, only the verify width changes.
-    Ties keep the longer prefix."""
+    Ties go to the shorter prefix, as in the rule's other copies (docs/ALGORITHM.md, "The best prefix")."""
     time, n, tokens = calibrated_round_time(costs), len(probs), expected_tokens(probs)
     per_token = costs["draft_cost"] + costs.get("preverifier_cost", 0.0)
-    best, best_rate = n, -1.0
-    for k in range(n, -1, -1):
+    best, best_rate = 0, -1.0
+    for k in range(n + 1):
         rate = tokens[k] / (time(k) + (n - k) * per_token)
-        if rate > best_rate * (1 + 1e-9):
+        if rate > best_rate:
             best, best_rate = k, rate
     return best
 

@@ -179,7 +179,8 @@ def best_prefixes(values, owner, curve, rows, out_counts):
     owner[i]; candidates come row by row, each row's in order. A step with `rows` decoding rows and M drafts
     yields rows + (their survival sum) tokens in curve[rows + M] seconds; the best M drafts for any M are the M
     largest survivals (each row's share a prefix, since a row's survival never increases and a stable sort keeps
-    ties in order), so one sorted pass over M finds the best step (ties: fewer drafts)."""
+    ties in order), so one sorted pass over M finds the best step. Ties go to fewer drafts, as in the rule's other
+    copies (docs/ALGORITHM.md, "The best prefix")."""
     out_counts[:] = 0
     m = values.shape[0]
     if m == 0:
