@@ -8,7 +8,8 @@
 Every setting decodes every prompt once per run, interleaved (so machine load hits them alike), after one untimed
 warm-up call each, and every output is checked against plain decoding
 (`pacer_hf.training.validate.compare_in_generate`). `--pair qwen2.5-coder` runs the Qwen2.5-Coder pair (its cheap draft)
-on the benchmark's code chat categories, with its shipped pre-verifier when no folder is given. Prints tokens/s and speed over the target alone per category,
+on the benchmark's code chat categories, with its shipped pre-verifier when no folder is given. Prints tokens/s and
+speed over the target alone per category,
 the median over categories, and each setting's speed over the best fixed γ of the same category; writes them as
 JSON with --out. `--hf` adds transformers' own schedules, as the benchmark runs them: `hf-confidence` (the default
 dynamic one) and `hf-heuristic`.

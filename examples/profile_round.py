@@ -207,8 +207,8 @@ def main() -> None:
     drafting.close()
     LeanDraft.__call__ = lean_call
     table = {name: {key: statistics.median(s[key] for s in rows) for key in rows[0]} for name, rows in samples.items()}
-    print(f"clock={args.clock} threads={args.threads} gamma={args.gamma} max_new_tokens={args.max_new_tokens} repeats={args.repeats} "
-          f"(medians)")
+    print(f"clock={args.clock} threads={args.threads} gamma={args.gamma} max_new_tokens={args.max_new_tokens} "
+          f"repeats={args.repeats} (medians)")
     columns = list(next(iter(table.values())))
     short = {"draft_forwards_per_round": "draft_fw/round", "drafting_overhead_ms": "of it: drafting",
              "loop_overhead_ms": "of it: loop"}

@@ -109,7 +109,8 @@ def test_forced_mismatch_fails_the_run(models, monkeypatch):
 
 
 def test_no_cost_model_measures_speed_only(models, monkeypatch, tmp_path):
-    """cost_repeats=0 (the demo): no cost probe runs, measured columns are filled and modelled ones empty; a modelled strategy (the oracle) is refused with the setting to change."""
+    """cost_repeats=0 (the demo): no cost probe runs, measured columns are filled and modelled ones empty; a modelled
+    strategy (the oracle) is refused with the setting to change."""
     import pacer_hf.loops.probes as probes
 
     target, draft, preverifier = models

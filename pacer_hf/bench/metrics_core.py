@@ -1,8 +1,9 @@
 """Per strategy x category x temperature metrics (docs/ALGORITHM.md §5), the oracle, and the cost model behind both.
 
 Modelled time (units of one target decoding step, prefill excluded): a round that verifies L drafted tokens
-costs verify(L), plus c per draft forward the harness counted (= L for a plain draft loop), with c = t(draft step)/t(target step) and verify(L) = t(target forward over L+1
-tokens)/t(target step), both measured in the same process (`loops.probes.measure_costs`).
+costs verify(L), plus c per draft forward the harness counted (= L for a plain draft loop), with
+c = t(draft step)/t(target step) and verify(L) = t(target forward over L+1 tokens)/t(target step), both
+measured in the same process (`loops.probes.measure_costs`).
 Autoregressive decoding costs 1 per token, so modelled speedup = new tokens / sum of round costs.
 
 The oracle replays the longest fixed-γ run of pacer_hf's loop (sd-fixed-Γ): in every round it drafts

@@ -157,7 +157,8 @@ METHOD = """## How these numbers are made
 - τ = new tokens / target forwards, α = accepted / drafted tokens. Target and draft forwards are
   counted by the harness (forward hooks on the target and on the draft's lm_head) for every strategy,
   except draft forwards of pacer_hf strategies that ran the lean draft forward (it bypasses the draft's
-  modules; `PacerStats` counts them); c is the draft step through that same forward; the per-round drafted/accepted record comes from `PacerStats` for pacer_hf strategies and is
+  modules; `PacerStats` counts them); c is the draft step through that same forward; the per-round
+  drafted/accepted record comes from `PacerStats` for pacer_hf strategies and is
   reconstructed from the target's forwards (input width, cache length) for HF's generators; the two
   agree exactly at the same γ (tested).
 - Modelled speedup: each round that verifies L drafted tokens costs verify(L) target steps, plus c

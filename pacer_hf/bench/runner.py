@@ -268,7 +268,8 @@ def _meta(config: BenchConfig, threads: int, strategies: list[Strategy], preveri
             "sklearn_retuning": {s.name: sklearn_retuning(s) for s in strategies if s.family == "hf"},
             "trim_failed_block": bool(preverifier is not None and preverifier.config.trim_failed_block),
             "ouroboros_pools": "one per strategy, emptied at the start of every run",
-            "costs": asdict(costs) if costs is not None else None, "prompts": {c: [p.id for p in ps] for c, ps in prompts.items()},
+            "costs": asdict(costs) if costs is not None else None,
+            "prompts": {c: [p.id for p in ps] for c, ps in prompts.items()},
             "prompt_lengths": {c: [len(p.ids) for p in ps] for c, ps in prompts.items()}}
 
 

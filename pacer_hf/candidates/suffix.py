@@ -146,8 +146,8 @@ class SuffixCache:
         model.generate(ids, ..., suffix_cache=cache.scoped("tenant-a"))                    # one tenant's text only
 
     At most `max_tokens` tokens and `max_requests` requests, over all scopes, the oldest evicted first; memory
-    is allocated up front (`nbytes`, about 113 bytes a token with the default 4 orders: 30 MB at the default size). A search returns only
-    text added under the same scope (None is a scope of its own)."""
+    is allocated up front (`nbytes`, about 113 bytes a token with the default 4 orders: 30 MB at the default size).
+    A search returns only text added under the same scope (None is a scope of its own)."""
 
     def __init__(self, max_tokens: int = 262_144, max_requests: int = 10_000, max_ngram: int = DEFAULT_MAX_NGRAM):
         self.store = SuffixStore(max_tokens, max_requests, max_ngram)

@@ -1,7 +1,7 @@
 """Costs: what work costs where the call runs, measured once and kept as curves (below loops/ and strategies/).
 
-- `measure`:     the one timing loop (`timed`, CUDA synchronized; `timer` repeats it) and what is built on it: cached-forward timers,
-                 the probe of every verify width, interleaved medians, the fastest of repeats; where a
+- `measure`:     the one timing loop (`timed`, CUDA synchronized; `timer` repeats it) and what is built on it:
+                 cached-forward timers, the probe of every verify width, interleaved medians, the fastest of repeats; where a
                  measurement was taken (`model_key`, `processor_name`).
 - `curve`:       `CostCurve`, the one cost-curve type: cost as a function of a proposal length, verify width or
                  step tokens, from a base table (prior, probe, given; `describe`: where it was measured) refined
@@ -44,6 +44,7 @@ from .round_costs import (
 )
 from .step_costs import BatchClock, StepCosts
 
-__all__ = ["COST_MODES", "BatchClock", "CostCurve", "CostModel", "RoundClock", "RoundCosts", "StepCosts", "cached_forward_timer", "cached_probe",
-           "check_cost_mode", "cpu_name", "fastest", "forward_costs", "interleaved", "lookup_costs",
+__all__ = ["COST_MODES", "BatchClock", "CostCurve", "CostModel", "RoundClock", "RoundCosts", "StepCosts",
+           "cached_forward_timer", "cached_probe", "check_cost_mode", "cpu_name", "fastest", "forward_costs",
+           "interleaved", "lookup_costs",
            "model_key", "processor_name", "resolve_costs", "synchronize", "time_forwards", "timed", "timer"]

@@ -98,7 +98,8 @@ def stage_export(args: argparse.Namespace, work: Path) -> None:
     for name in ("target", "draft"):
         require_stage(work, name)
     draft_dir = work / ("distill" if (work / "distill" / "final" / "stage.json").exists() else "draft") / "final"
-    models = {"target-base": load_stage_model(work / "target-base" / "final"), "target": load_stage_model(work / "target" / "final"),
+    models = {"target-base": load_stage_model(work / "target-base" / "final"),
+              "target": load_stage_model(work / "target" / "final"),
               "draft-ce": load_stage_model(work / "draft" / "final"), "draft": load_stage_model(draft_dir)}
     test = Blocks(work / "data" / "test.pt", args.eval_tokens).blocks
     val = Blocks(work / "data" / "validation.pt", args.eval_tokens).blocks
@@ -158,7 +159,8 @@ def model_card(role: str, model, report: dict) -> str:
         "datasets:", "- python-stdlib-3.11 (local, see corpus_splits.json)",
         "model-index:", f"- name: pacer_hf-demo-{role}", "  results:", "  - task: {type: text-generation}",
         "    dataset: {name: python stdlib held-out files, type: local}",
-        "    metrics:", f"    - {{type: loss, value: {loss['test_loss']}}}", f"    - {{type: perplexity, value: {loss['test_ppl']}}}",
+        "    metrics:", f"    - {{type: loss, value: {loss['test_loss']}}}",
+        f"    - {{type: perplexity, value: {loss['test_ppl']}}}",
         "---", ""])
     rows = "\n".join(f"| {s} | {stages[s]['params']:,} | {stages[s]['steps_done']} | {stages[s]['tokens_seen']:,} | "
                      f"{stages[s]['training_seconds'] / 60:.1f} | {stages[s]['train_loss']} |" for s in trained)

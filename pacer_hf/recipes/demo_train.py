@@ -51,7 +51,8 @@ def _time_budget_callback(budget_s: float, lr: float, warmup: int, schedule: boo
         def on_step_end(self, args, state, control, optimizer=None, **kwargs):
             frac = self.elapsed() / budget_s
             if schedule and optimizer is not None:
-                mult = min(1.0, (state.global_step + 1) / max(warmup, 1)) * (0.1 + 0.45 * (1 + math.cos(math.pi * min(frac, 1.0))))
+                decay = 0.1 + 0.45 * (1 + math.cos(math.pi * min(frac, 1.0)))
+                mult = min(1.0, (state.global_step + 1) / max(warmup, 1)) * decay
                 self.lr = lr * mult
                 for group in optimizer.param_groups:
                     group["lr"] = self.lr
@@ -117,7 +118,8 @@ def train_stage(args: argparse.Namespace, work: Path, name: str, model, minutes:
         trainer.remove_callback(PrinterCallback)
     start = time.perf_counter()
     state = json.loads((Path(last) / "trainer_state.json").read_text()) if last else {}
-    spent = json.loads((Path(last) / ELAPSED_FILE).read_text())["seconds"] if last and (Path(last) / ELAPSED_FILE).exists() else 0.0
+    elapsed = Path(last) / ELAPSED_FILE if last else None
+    spent = json.loads(elapsed.read_text())["seconds"] if elapsed is not None and elapsed.exists() else 0.0
     if (state.get("global_step", 0) >= targs.max_steps) or (timed and spent >= budget_s):  # finished before `final` was written
         trainer.model.load_state_dict(load_stage_model(Path(last)).state_dict())
         done, train_loss = state["global_step"], next((h["train_loss"] for h in reversed(state["log_history"])

@@ -6,6 +6,10 @@ from pathlib import Path
 
 from ..configuration_lookup_gate import NUM_LOOKUP_FEATURES, PacerLookupGateConfig
 
+PRIOR_NOTE = " The table in `round_cost` is the training machine's, used only with `pacer_costs='prior'`."
+UNSEEN_NOTE = (" The last column is a gate trained without that target's answers: how the gate does on a target it "
+               "never saw.")
+
 
 def _speed_rows(table: dict, left_out: dict | None) -> str:
     names = list(next(iter(table.values())))
@@ -57,7 +61,7 @@ wide, {NUM_LOOKUP_FEATURES} features of the lookup match: `pacer_hf.modeling_loo
 tied to a vocabulary or a model size) that scores each of up to {config.max_lookup_tokens} lookup tokens;
 `decision_rule="{config.decision_rule}"` proposes the prefix with the most expected tokens per unit of time
 under the round costs `generate` measures on the machine it runs on (a probe on first use, refined by the
-call's own rounds; `last_stats(model).costs` says which).{"" if several else " The table in `round_cost` is the training machine's, used only with `pacer_costs='prior'`."}
+call's own rounds; `last_stats(model).costs` says which).{"" if several else PRIOR_NOTE}
 
     import pacer_hf
     {use}
@@ -76,7 +80,7 @@ call's own rounds; `last_stats(model).costs` says which).{"" if several else " T
 
 ## Simulated speed over plain decoding on held-out answers (greedy)
 Replaying each held-out answer round by round under its target's measured round costs; fixed-N proposes every
-lookup token up to N, `oracle` proposes the best length per round knowing the answer.{" The last column is a gate trained without that target's answers: how the gate does on a target it never saw." if several else ""}
+lookup token up to N, `oracle` proposes the best length per round knowing the answer.{UNSEEN_NOTE if several else ""}
 Measured speeds come from `pacer-hf bench` (pacer_hf's docs/LOOKUP.md).
 
 {speeds}

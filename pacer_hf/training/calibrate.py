@@ -150,7 +150,8 @@ def calibrate_preverifier(preverifier: PacerPreVerifier, traces, costs: CostMode
         "preverifier_cost": costs.preverifier_cost, "round_overhead": costs.round_overhead,
         "ar_overhead": costs.ar_overhead, "round_cost": costs.round_cost and [round(v, 4) for v in costs.round_cost],
         "chosen": best, "table": table, "auc": auc, "ece": ece,
-        "platt_scaling": scaling, "rounds": len(acc), "reported_on": "report split" if report_traces is not None else "calibration data",
+        "platt_scaling": scaling, "rounds": len(acc),
+        "reported_on": "report split" if report_traces is not None else "calibration data",
         **(measured or {}),
     }
     config.calibration = report

@@ -311,7 +311,8 @@ def train_preverifier(
     metrics = {k.removeprefix("eval_"): v for k, v in metrics.items()}
     metrics["world_size"] = trainer.args.world_size
     sources = [str(path) for path in (train_data if isinstance(train_data, list) else [train_data])]
-    model.config.training = {"train_data": sources[0] if len(sources) == 1 else sources, "eval_data": str(eval_data) if eval_data else None,
+    model.config.training = {"train_data": sources[0] if len(sources) == 1 else sources,
+                             "eval_data": str(eval_data) if eval_data else None,
                              "eval_fraction": None if eval_data else eval_fraction, "loss": loss_type,
                              "label_column": label_column, "epochs": epochs, "train_rows": len(train_set),
                              "eval_rows": len(eval_set), "metrics": {k: metrics[k] for k in ("auc", "ece")}}

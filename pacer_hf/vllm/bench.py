@@ -282,7 +282,8 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
     import vllm
 
     meta = {"command": shlex.join(["pacer-hf", *sys.argv[1:]]) if "bench" in sys.argv else "pacer-hf bench --engine vllm",
-            "model": str(model), "model_name": args.pair or model.name, "machine": f"{cpu_name()}, {os.cpu_count()} CPUs", "vllm": vllm.__version__, "transformers": transformers.__version__,
+            "model": str(model), "model_name": args.pair or model.name, "machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
+            "vllm": vllm.__version__, "transformers": transformers.__version__,
             "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "runs": args.runs, "categories": categories,
             "once": bool(args.vllm_once)}
     out.mkdir(parents=True, exist_ok=True)

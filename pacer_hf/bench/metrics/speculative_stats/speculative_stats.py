@@ -31,7 +31,8 @@ Example:
     >>> metric.compute(draft_lengths=[[4, 4]], accepted=[[4, 1]], new_tokens=[7], target_forwards=[2], seconds=[0.5])
 """
 
-_CITATION = """@article{pacer2026, title={Pacer: adaptive draft length via a pre-verifier}, journal={arXiv:2602.01274}, year={2026}}"""
+_CITATION = ("@article{pacer2026, title={Pacer: adaptive draft length via a pre-verifier}, journal={arXiv:2602.01274}, "
+             "year={2026}}")
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
