@@ -6,6 +6,8 @@ args and kwargs the way transformers' `generate` takes them, falling back to the
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from transformers import PreTrainedModel
 
@@ -15,15 +17,79 @@ from .modeling_pacer import PacerPreVerifier
 from .strategies import StrategyCall
 
 
-def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, fix: str) -> None:
-    """Refuse a draft whose output rows differ from the target's: token ids must mean the same thing."""
+def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, fix: str, *, tokenizer=None,
+                       draft_tokenizer=None) -> None:
+    """Refuse a draft whose token ids do not mean what the target's do.
+
+    Heads of one width pass as before. A draft head narrower than the target's passes when the rows past it are
+    padding: the tokenizers, when given, must map the same ids and fit in the draft's rows; without them the
+    configs must not contradict that (their BOS/EOS ids agree and lie inside the draft's rows). Acceptance never
+    touches exactness (the target verifies every token, `loops/padded_heads.py`), only whether drafting can pay.
+    A draft head wider than the target's is refused: it could propose ids the target has no row for.
+    """
     target_rows = target.get_output_embeddings().out_features
     draft_head = draft.get_output_embeddings()
     draft_rows = None if draft_head is None else draft_head.out_features
-    if draft_rows != target_rows:
-        raise ValueError(
-            f"Draft and target vocabularies differ (draft lm_head has {draft_rows} rows, target {target_rows}): {fix}"
-        )
+    differ = f"Draft and target vocabularies differ (draft lm_head has {draft_rows} rows, target {target_rows})"
+    if draft_rows is None or draft_rows > target_rows:
+        reason = ("the draft has no output head" if draft_rows is None else "a draft head wider than the target's "
+                  "could propose ids the target has no row for (padding rows are accepted only on the target's side)")
+        raise ValueError(f"{differ}: {reason}. {fix}")
+    if tokenizer is not None or draft_tokenizer is not None:
+        _check_tokenizer_ids(tokenizer, draft_tokenizer, draft_rows, differ, fix)
+    elif draft_rows < target_rows:
+        _check_special_ids(target, draft, draft_rows, differ, fix)
+
+
+def _check_tokenizer_ids(tokenizer, draft_tokenizer, rows: int, differ: str, fix: str) -> None:
+    """The tokenizers map the same ids, and every one of them has a row in both heads."""
+    for name, given in (("tokenizer", tokenizer), ("assistant_tokenizer", draft_tokenizer)):
+        if given is not None and len(given) > rows:
+            raise ValueError(f"{differ}: {name} has {len(given)} tokens, more than the {rows} rows of the narrower "
+                             f"head, so some of its ids have no row there. {fix}")
+    if tokenizer is not None and draft_tokenizer is not None and tokenizer is not draft_tokenizer:
+        if _vocabulary(tokenizer) != _vocabulary(draft_tokenizer):
+            raise ValueError(f"{differ}: tokenizer and assistant_tokenizer map tokens to different ids. {fix}")
+
+
+_VOCABULARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> its vocabulary, once a call
+
+
+def _vocabulary(tokenizer) -> dict:
+    """`tokenizer.get_vocab()`, cached per tokenizer (150k entries for Qwen: tens of ms, not to pay every call)."""
+    try:
+        cached = _VOCABULARIES.get(tokenizer)
+    except TypeError:  # not weak-referenceable
+        return tokenizer.get_vocab()
+    if cached is None or cached[0] != len(tokenizer):  # added tokens change the length
+        cached = _VOCABULARIES[tokenizer] = (len(tokenizer), tokenizer.get_vocab())
+    return cached[1]
+
+
+def _special_ids(model: PreTrainedModel, name: str) -> set[int]:
+    """`name` ("bos_token_id", "eos_token_id") from the model's config and generation config, as a set."""
+    ids: set[int] = set()
+    for config in (model.config.get_text_config(), getattr(model, "generation_config", None)):
+        value = getattr(config, name, None)
+        for token in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(token, int):
+                ids.add(token)
+    return ids
+
+
+def _check_special_ids(target: PreTrainedModel, draft: PreTrainedModel, rows: int, differ: str, fix: str) -> None:
+    """Without tokenizers: the configs' BOS and EOS ids must not say the vocabularies differ."""
+    hint = ("If they do share one tokenizer, pass it to generate as tokenizer= and assistant_tokenizer= so pacer_hf "
+            "can compare them.")
+    for name in ("bos_token_id", "eos_token_id"):
+        target_ids, draft_ids = _special_ids(target, name), _special_ids(draft, name)
+        if target_ids and draft_ids and not target_ids & draft_ids:
+            raise ValueError(f"{differ}, and their configs name different special tokens ({name} {sorted(draft_ids)} "
+                             f"in the draft, {sorted(target_ids)} in the target). {fix} {hint}")
+        outside = sorted(t for t in target_ids | draft_ids if t >= rows)
+        if outside:
+            raise ValueError(f"{differ}, and {name} {outside} has no row in the draft's head: the rows past "
+                             f"{rows} are not padding. {fix} {hint}")
 
 
 def _check_trim(preverifier: PacerPreVerifier, do_sample: bool) -> None:
@@ -35,18 +101,46 @@ def _check_trim(preverifier: PacerPreVerifier, do_sample: bool) -> None:
 
 
 def _check_tokenizers(kwargs: dict) -> None:
-    if kwargs.get("tokenizer") is not None or kwargs.get("assistant_tokenizer") is not None:
-        raise ValueError(
-            "pacer= does not support drafts with a different tokenizer (tokenizer=/assistant_tokenizer=); "
-            "use a draft that shares the target's vocabulary."
-        )
+    """tokenizer= and assistant_tokenizer= are read to compare the pair's vocabularies (`_check_pair`)."""
+    for name in ("tokenizer", "assistant_tokenizer"):
+        given = kwargs.get(name)
+        if given is not None and not (hasattr(given, "get_vocab") and hasattr(given, "__len__")):
+            raise TypeError(f"{name}= must be a transformers tokenizer (with get_vocab() and len()); got "
+                            f"{type(given).__name__}.")
 
 
-def _check_pair(model: PreTrainedModel, draft: PreTrainedModel) -> None:
-    check_vocabularies(model, draft, "assistant_model must share the target's tokenizer and vocabulary for pacer=.")
+def _check_pair(model: PreTrainedModel, draft: PreTrainedModel, kwargs: dict | None = None) -> None:
+    """The pair fits together (`check_vocabularies`, with the call's tokenizers when it has them).
+
+    transformers' own assisted mode (pacer_loop="transformers") refuses an assistant_tokenizer for models of one
+    config.vocab_size, so once compared here it is not passed on for such a pair."""
+    kwargs = {} if kwargs is None else kwargs
+    check_vocabularies(model, draft, "assistant_model must share the target's tokenizer and vocabulary for pacer=.",
+                       tokenizer=kwargs.get("tokenizer"), draft_tokenizer=kwargs.get("assistant_tokenizer"))
+    if _config_vocab(model) == _config_vocab(draft):
+        kwargs.pop("assistant_tokenizer", None)
     if model.config.is_encoder_decoder or draft.config.is_encoder_decoder:
         raise ValueError("pacer= supports decoder-only models; use plain assisted generation for encoder-decoders.")
     check_cache_support(draft, "draft (assistant_model)")
+
+
+def _config_vocab(model: PreTrainedModel) -> int | None:
+    return getattr(model.config.get_text_config(), "vocab_size", None)
+
+
+def _check_transformers_loop(model: PreTrainedModel, kwargs: dict) -> None:
+    """pacer_loop="transformers" hands the draft to transformers' generate, which refuses a draft of another
+    config.vocab_size (a padded head, `check_vocabularies`) unless it also gets both tokenizers: say so first."""
+    draft = kwargs.get("assistant_model")
+    if draft is None or _config_vocab(model) == _config_vocab(draft):
+        return
+    if kwargs.get("tokenizer") is None or kwargs.get("assistant_tokenizer") is None:
+        raise ValueError(
+            f"pacer_loop='transformers' hands assistant_model to transformers' generate, which refuses a draft whose "
+            f"config.vocab_size ({_config_vocab(draft)}) differs from the target's ({_config_vocab(model)}) unless "
+            "it also gets tokenizer= and assistant_tokenizer=: pass both (the same tokenizer twice when the pair "
+            "shares one), or leave pacer_loop at 'lean' (the default), which needs neither."
+        )
 
 
 def _check_inputs(model: PreTrainedModel, args: tuple, kwargs: dict) -> None:

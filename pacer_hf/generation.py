@@ -30,6 +30,7 @@ from .generate_checks import (
     _check_inputs,
     _check_pair,
     _check_tokenizers,
+    _check_transformers_loop,
     _check_trim,
     _generation_value,
     _input_ids,
@@ -39,6 +40,7 @@ from .generate_checks import check_vocabularies as check_vocabularies  # re-expo
 from .loops.batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
 from .loops.draft_forwards import DRAFT_FORWARDS
 from .loops.lean_loop import lean_assisted_decoding
+from .loops.padded_heads import fit_generator
 from .model_state import ModelState
 from .modeling_lookup_gate import PacerLookupGate
 from .modeling_pacer import PacerPreVerifier
@@ -132,6 +134,8 @@ def _generate(self: PreTrainedModel, *args, **kwargs):
         raise ValueError(
             "pacer_hf's lean verification loop does not support synced_gpus; pass pacer_loop='transformers'."
         )
+    if loop == "transformers":
+        _check_transformers_loop(self, kwargs)
     call = _resolve(self, pacer, args, kwargs, draft_forward, costs, suffix_cache)
     call.stats.loop = loop
     size = _batch_size(args, kwargs)
@@ -185,7 +189,7 @@ def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, 
             self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
             assistant_model, target_tokenizer, assistant_tokenizer,
         )
-    return call.make(generation_config, logits_processor)
+    return fit_generator(call.make(generation_config, logits_processor), self, assistant_model)
 
 
 def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict, draft_forward: str,
@@ -216,7 +220,7 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict,
             "prompt_lookup_num_tokens=<N> for prompt lookup (or pacer=None for plain decoding)."
         )
     _check_tokenizers(kwargs)
-    _check_pair(model, draft)
+    _check_pair(model, draft, kwargs)
     _check_inputs(model, args, kwargs)
     preverifier = module
     do_sample = bool(_generation_value(model, kwargs, "do_sample"))
@@ -248,7 +252,7 @@ def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: 
     do_sample = bool(_generation_value(model, kwargs, "do_sample"))
     if draft is not None:
         _check_tokenizers(kwargs)
-        _check_pair(model, draft)
+        _check_pair(model, draft, kwargs)
         preverifier = attached_preverifier(draft, do_sample)
         if preverifier is not None:
             preverifier.check_draft(draft)

@@ -14,12 +14,14 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def check_pair(target: PreTrainedModel, draft: PreTrainedModel, tokenizer=None) -> None:
-    """Refuse pairs whose vocabularies differ: labels compare token ids, so they must mean the same thing."""
-    check_vocabularies(target, draft, "pick a --draft that shares the target's tokenizer.")
-    target_rows = target.get_output_embeddings().out_features
-    if tokenizer is not None and len(tokenizer) > target_rows:
-        raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the models only {target_rows} output rows: "
+    """Refuse pairs whose vocabularies differ: labels compare token ids, so they must mean the same thing. Heads that
+    differ only by padding rows past the tokenizer pass (`generation.check_vocabularies`)."""
+    draft_head = draft.get_output_embeddings()
+    rows = min(target.get_output_embeddings().out_features, draft_head.out_features if draft_head else 0)
+    if tokenizer is not None and draft_head is not None and len(tokenizer) > rows:
+        raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the models only {rows} output rows: "
                          "pass the --tokenizer of this pair.")
+    check_vocabularies(target, draft, "pick a --draft that shares the target's tokenizer.", tokenizer=tokenizer)
 
 
 def load_causal_lm(path: str, dtype: str = "float32", adapter: str | None = None) -> PreTrainedModel:

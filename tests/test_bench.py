@@ -178,7 +178,7 @@ def test_overwrite_protection(tmp_path, capsys):
 
 def test_vocabulary_mismatch_is_refused(models):
     target, _, _ = models
-    other = build_model("llama", vocab_size=80, hidden=16, layers=1).to(torch.float64)
+    other = build_model("llama", vocab_size=112, hidden=16, layers=1).to(torch.float64)  # wider head: not padding
     with pytest.raises(ValueError, match="vocabularies differ"):
         run_benchmark(target, other, _prompts(1), _config(strategies=["ar"]), costs=CostModel(), progress=False)
 

@@ -36,6 +36,7 @@ from ..modeling_pacer import PacerPreVerifier
 from ..stats import PacerStats
 from .batch_cache import RowCache, draft_row_cache
 from .lean_loop import accept_step, process_positions
+from .padded_heads import fit_row_cache
 from .stop_rule import BatchStopRule, next_round_loop
 
 BATCH_CACHES = ("mask", "compact")  # pacer_batch_cache=: mask rejected slots, or also realign rows every round
@@ -197,6 +198,7 @@ def batched_assisted_decoding(
     processors = _row_processors(logits_processor, len(rows))
     # after every refusal above: choosing the lean draft forward runs the draft once to check it
     draft_cache = draft_row_cache(plan.draft, plan.draft_forward, stats, len(pads), config.max_length)
+    draft_cache = fit_row_cache(draft_cache, model, plan.draft)  # a draft head narrower than the target's
     settle = _Settle(plan, config, stats, max_new, eos_set, stopping_criteria, keep_scores, keep_logits)
     active = list(rows)
     while active:

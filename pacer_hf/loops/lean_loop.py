@@ -37,6 +37,7 @@ from .._hf_compat import (
     record_past,
     speculative_sampling,
 )
+from .padded_heads import fit_generator, widen
 
 FALLBACK = "pass pacer_loop='transformers' to verify in transformers' own loop"
 _KNOWN_KWARGS = {CACHE_KWARG, "use_cache", "logits_to_keep", "attention_mask", "position_ids"}
@@ -69,6 +70,7 @@ def lean_assisted_decoding(
         generator = default_candidate_generator(
             model, config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model, None, None
         )
+    generator = fit_generator(generator, model, assistant_model)  # a draft head narrower than the target's
     if generator.requires_model_outputs:
         raise ValueError(f"{type(generator).__name__} needs the target's hidden states; {FALLBACK}.")
     keep_scores = config.return_dict_in_generate and config.output_scores
@@ -136,6 +138,8 @@ def accept_step(config: GenerationConfig, drafted: torch.LongTensor, candidate_l
     """
     k = drafted.shape[1]
     if config.do_sample and candidate_logits is not None and k > 0:
+        # a draft head narrower than the target's (`padded_heads.py`): q = 0 on the rows it lacks, as it sampled
+        candidate_logits = widen(candidate_logits, new_logits.shape[-1])
         valid, _ = speculative_sampling(drafted, candidate_logits, k, new_logits,
                                         assistant_ensemble_weight=config.assistant_ensemble_weight)
         tokens = valid[0].tolist()

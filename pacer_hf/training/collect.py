@@ -28,6 +28,7 @@ from transformers import PreTrainedModel
 from .._hf_compat import CACHE_KWARG, output_cache
 from .._hf_compat import eos_ids as _eos_ids
 from ..loading import check_pair, load_causal_lm, load_tokenizer, model_name
+from ..loops.padded_heads import draft_view
 from ..modeling_pacer import draft_features, draft_signature
 from .common import cli_errors
 from .sources import load_texts
@@ -93,6 +94,13 @@ def greedy_continuations(model: PreTrainedModel, prefixes: list[list[int]], step
     return torch.stack(out_tokens, 1).cpu().tolist()
 
 
+def _draft_ids(draft: PreTrainedModel, ids: torch.Tensor) -> torch.Tensor:
+    """`ids` as the draft reads them (`padded_heads.draft_view`): with a head narrower than the target's, an id past
+    its rows (a target's padding row, never a token) goes in as its last row; labels still compare the real ids."""
+    rows = min(draft.get_output_embeddings().out_features, draft.get_input_embeddings().num_embeddings)
+    return draft_view(ids, rows)
+
+
 @torch.no_grad()
 def draft_rollout(draft: PreTrainedModel, prefixes: list[list[int]], steps: int, temperature: float = 0.0,
                   generator: torch.Generator | None = None):
@@ -101,13 +109,14 @@ def draft_rollout(draft: PreTrainedModel, prefixes: list[list[int]], steps: int,
     device = draft.device
     batch = len(prefixes)
     ids, mask = _left_pad(prefixes, device)
+    drafted_from = _draft_ids(draft, ids)  # a target's padding rows past the draft's head (`loops/padded_heads.py`)
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
     hidden: list[torch.Tensor] = []
     # The lm_head input at the last position: what generation's draft forward hands the pre-verifier.
     hook = draft.get_output_embeddings().register_forward_pre_hook(lambda m, args: hidden.append(args[0][:, -1]))
     keep = {"logits_to_keep": 1} if _accepts(draft, "logits_to_keep") else {}
     raw, drafted = [], []
-    cache, step_ids, step_pos, step_mask = None, ids, positions, mask
+    cache, step_ids, step_pos, step_mask = None, drafted_from, positions, mask
     try:
         for step in range(steps):
             out = draft(input_ids=step_ids, attention_mask=step_mask, position_ids=step_pos,

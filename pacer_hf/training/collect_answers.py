@@ -18,7 +18,7 @@ from transformers import PreTrainedModel
 
 from ..loading import model_name
 from ..modeling_pacer import draft_features, draft_signature, loop_features
-from .collect import draft_rollout
+from .collect import _draft_ids, draft_rollout
 from .traces import (
     FORMAT_VERSION,
     CollectConfig,
@@ -144,7 +144,8 @@ def _answer_forward(draft: PreTrainedModel, record: dict, context: int) -> tuple
     answer and at most `context` prompt tokens before it: row t is the lm_head input predicting full[cut + t + 1]."""
     full, start = record["prompt"] + record["response"], len(record["prompt"])
     cut = max(0, start - context)
-    hidden = draft.model(input_ids=torch.tensor([full[cut:-1]], device=draft.device)).last_hidden_state[0]
+    ids = _draft_ids(draft, torch.tensor([full[cut:-1]], device=draft.device))  # padding rows past the draft's head
+    hidden = draft.model(input_ids=ids).last_hidden_state[0]
     return full, start, cut, hidden, draft.get_output_embeddings()(hidden)
 
 
