@@ -25,16 +25,18 @@ from .._hf_compat import CandidateGenerator
 _FLOAT32_MIN = torch.finfo(torch.float32).min
 
 
+def own_rows(draft) -> int:
+    """The ids the draft can read and propose: its head's rows, or its input embedding's when fewer."""
+    rows = draft.get_output_embeddings().out_features
+    return min(rows, getattr(draft.get_input_embeddings(), "num_embeddings", rows))
+
+
 def draft_rows(target, draft) -> int | None:
-    """The ids the draft can read and propose (its head's rows, or its embedding's when fewer) when the target's
-    head is wider; None when the heads have one width (nothing to adapt)."""
+    """`own_rows(draft)` when the target's head is wider; None when the heads have one width (nothing to adapt)."""
     if draft is None:
         return None
-    target_rows = target.get_output_embeddings().out_features
-    rows = draft.get_output_embeddings().out_features
-    embedding = draft.get_input_embeddings()
-    rows = min(rows, getattr(embedding, "num_embeddings", rows))
-    return rows if rows < target_rows else None
+    rows = own_rows(draft)
+    return rows if rows < target.get_output_embeddings().out_features else None
 
 
 def draft_view(ids: torch.Tensor, rows: int) -> torch.Tensor:

@@ -28,7 +28,7 @@ from transformers import PreTrainedModel
 from .._hf_compat import CACHE_KWARG, output_cache
 from .._hf_compat import eos_ids as _eos_ids
 from ..loading import check_pair, load_causal_lm, load_tokenizer, model_name
-from ..loops.padded_heads import draft_view
+from ..loops.padded_heads import draft_view, own_rows
 from ..modeling_pacer import draft_features, draft_signature
 from .common import cli_errors
 from .sources import load_texts
@@ -97,8 +97,7 @@ def greedy_continuations(model: PreTrainedModel, prefixes: list[list[int]], step
 def _draft_ids(draft: PreTrainedModel, ids: torch.Tensor) -> torch.Tensor:
     """`ids` as the draft reads them (`padded_heads.draft_view`): with a head narrower than the target's, an id past
     its rows (a target's padding row, never a token) goes in as its last row; labels still compare the real ids."""
-    rows = min(draft.get_output_embeddings().out_features, draft.get_input_embeddings().num_embeddings)
-    return draft_view(ids, rows)
+    return draft_view(ids, own_rows(draft))
 
 
 @torch.no_grad()
