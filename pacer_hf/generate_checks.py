@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 
 import torch
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ._hf_compat import batch_row_cache, check_cache_support
 from .loops.batch_cache import check_batch_memory
@@ -17,8 +17,9 @@ from .modeling_pacer import PacerPreVerifier
 from .strategies import StrategyCall
 
 
-def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, fix: str, *, tokenizer=None,
-                       draft_tokenizer=None) -> None:
+def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, fix: str, *,
+                       tokenizer: PreTrainedTokenizerBase | None = None,
+                       draft_tokenizer: PreTrainedTokenizerBase | None = None) -> None:
     """Refuse a draft whose token ids do not mean what the target's do.
 
     Heads of one width pass as before. A draft head narrower than the target's passes when the rows past it are

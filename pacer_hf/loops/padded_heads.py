@@ -19,21 +19,22 @@ A pair whose heads have one width gets none of this (no wrapper, no cost per rou
 from __future__ import annotations
 
 import torch
+from transformers import PreTrainedModel
 
 from .._hf_compat import CandidateGenerator
 
 _FLOAT32_MIN = torch.finfo(torch.float32).min
 
 
-def own_rows(draft) -> int:
+def own_rows(draft: PreTrainedModel) -> int:
     """The ids the draft can read and propose: its head's rows, or its input embedding's when fewer."""
     rows = draft.get_output_embeddings().out_features
     return min(rows, getattr(draft.get_input_embeddings(), "num_embeddings", rows))
 
 
-def draft_rows(target, draft) -> int | None:
+def draft_rows(target: PreTrainedModel, draft: PreTrainedModel | None) -> int | None:
     """`own_rows(draft)` when the target's head is wider; None when the heads have one width (nothing to adapt)."""
-    if draft is None:
+    if draft is None or draft.get_output_embeddings() is None:
         return None
     rows = own_rows(draft)
     return rows if rows < target.get_output_embeddings().out_features else None
@@ -77,7 +78,8 @@ class PaddedHeadCandidates(CandidateGenerator):
         return getattr(self.inner, name)
 
 
-def fit_generator(generator: CandidateGenerator, target, draft) -> CandidateGenerator:
+def fit_generator(generator: CandidateGenerator, target: PreTrainedModel,
+                  draft: PreTrainedModel | None) -> CandidateGenerator:
     """`generator`, wrapped (`PaddedHeadCandidates`) when the draft's head is narrower than the target's."""
     rows = draft_rows(target, draft)
     if rows is None:
@@ -109,7 +111,7 @@ class PaddedRowCache:
         return getattr(self.cache, name)
 
 
-def fit_row_cache(cache, target, draft):
+def fit_row_cache(cache, target: PreTrainedModel, draft: PreTrainedModel):
     """The batched loop's draft cache, wrapped (`PaddedRowCache`) when the draft's head is narrower."""
     rows = draft_rows(target, draft)
     if rows is None:
