@@ -38,7 +38,7 @@ def main() -> None:
 
     pair = load_pair("smollm2")
     draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
-    pacer_hf.generation.check_vocabularies(pair.target, draft, "pass a draft built for SmolLM2-135M-Instruct.")
+    pacer_hf.generate_checks.check_vocabularies(pair.target, draft, "pass a draft built for SmolLM2-135M-Instruct.")
     settings = {
         "ar": {"pacer": None},
         f"sd-fixed-{args.gamma}": {"pacer": f"sd-fixed-{args.gamma}", "assistant_model": draft},

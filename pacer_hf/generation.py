@@ -36,7 +36,6 @@ from .generate_checks import (
     _input_ids,
     _prompt_length,
 )
-from .generate_checks import check_vocabularies as check_vocabularies  # re-exported: loading, pairs, recipes
 from .loops.batch_loop import BATCH_CACHES, BATCH_STOPS, batched_assisted_decoding
 from .loops.draft_forwards import DRAFT_FORWARDS
 from .loops.lean_loop import lean_assisted_decoding

@@ -8,14 +8,14 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from .generation import check_vocabularies
+from .generate_checks import check_vocabularies
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
 
 def check_pair(target: PreTrainedModel, draft: PreTrainedModel, tokenizer=None) -> None:
     """Refuse pairs whose vocabularies differ: labels compare token ids, so they must mean the same thing. Heads that
-    differ only by padding rows past the tokenizer pass (`generation.check_vocabularies`)."""
+    differ only by padding rows past the tokenizer pass (`generate_checks.check_vocabularies`)."""
     draft_head = draft.get_output_embeddings()
     rows = min(target.get_output_embeddings().out_features, draft_head.out_features if draft_head else 0)
     if tokenizer is not None and draft_head is not None and len(tokenizer) > rows:

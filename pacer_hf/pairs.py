@@ -47,7 +47,8 @@ import torch
 from ._paths import hub_cards_dir
 from .attached import attach
 from .cheap_draft import CHEAP_DRAFT_FILE, apply_cheap_draft
-from .generation import check_vocabularies, enable, load_preverifier
+from .generate_checks import check_vocabularies
+from .generation import enable, load_preverifier
 from .gguf_cache import (  # noqa: F401 -- CACHE_ENV and PairUnavailable are part of this module's API
     CACHE_ENV,
     MANIFEST,

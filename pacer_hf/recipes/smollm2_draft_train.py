@@ -302,7 +302,7 @@ def check_shipped(target, folder: Path, prompts: list[list[int]], max_new_tokens
 
     import pacer_hf
 
-    from ..generation import check_vocabularies
+    from ..generate_checks import check_vocabularies
 
     draft = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     check_vocabularies(target, draft, "the shipped draft must use the target's vocabulary")
