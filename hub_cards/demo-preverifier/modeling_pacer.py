@@ -293,7 +293,8 @@ class PacerPreVerifier(PreTrainedModel):
         probs = [1.0 / (1.0 + math.exp(-min(max(x, -60.0), 60.0))) for x in values]
         block = probs[-config.block_size :]
         if config.decision_rule == "expected_gain":
-            if expected_gain_continues(probs, config.block_size, config.max_draft_tokens, costs or config.calibration):
+            if expected_gain_continues(probs, config.block_size, config.max_draft_tokens, costs or config.calibration,
+                                       trim=config.trim_failed_block):
                 return False, 0
         else:
             survival = math.prod(block if config.decision_rule == "block" else probs)
@@ -351,7 +352,18 @@ def best_prefix(probs: list[float], costs: dict) -> int:
     return best
 
 
-def expected_gain_continues(probs: list[float], block_size: int, max_tokens: int, costs: dict) -> bool:
+def stop_rate(probs: list[float], costs: dict) -> float:
+    """The best expected rate of stopping now and proposing a prefix of the `len(probs)` drafted tokens, none
+    included (greedy only: `trim_failed_block`), the drafting paid: what a trimming rule gives up by drafting on.
+    Why: where verifying one or two tokens costs two target steps (issue 54's AMD EPYC), a doubtful round is worth
+    ending with nothing proposed (a plain step) rather than drafting on to a cheaper width."""
+    time, n, tokens = calibrated_round_time(costs), len(probs), expected_tokens(probs)
+    per_token = costs["draft_cost"] + costs.get("preverifier_cost", 0.0)
+    return max(tokens[k] / (time(k) + (n - k) * per_token) for k in range(n + 1))
+
+
+def expected_gain_continues(probs: list[float], block_size: int, max_tokens: int, costs: dict,
+                            trim: bool = False) -> bool:
     """Whether drafting more blocks is expected to pay, after `len(probs)` drafted tokens.
 
     `probs[i]`: predicted probability that token i is accepted given the tokens before it were. A round
@@ -360,24 +372,28 @@ def expected_gain_continues(probs: list[float], block_size: int, max_tokens: int
     round_overhead, plus preverifier_cost per drafted token scored, all in target steps (`costs`: a calibrated
     pre-verifier's `config.calibration`). Tokens not drafted yet are predicted accepted with the mean
     probability of the last block. Drafting continues when some longer round, up to `max_tokens`, has a
-    higher expected rate (tokens per unit of time) than stopping now: `rows_continue` for one row.
+    higher expected rate (tokens per unit of time) than stopping now: `rows_continue` for one row. With `trim`
+    (greedy only) stopping now proposes the best prefix, none included (`stop_rate`).
     """
-    return rows_continue([probs], [True], block_size, max_tokens, calibrated_round_time(costs))
+    time = calibrated_round_time(costs)
+    return rows_continue([probs], [True], block_size, max_tokens, time, stop_rate(probs, costs) if trim else None)
 
 
-def rows_continue(probs: list[list[float]], open_rows: list[bool], block_size: int, max_tokens: int, time) -> bool:
+def rows_continue(probs: list[list[float]], open_rows: list[bool], block_size: int, max_tokens: int, time,
+                  rate_now: float | None = None) -> bool:
     """The expected-gain rule for rows that draft together (one row: `expected_gain_continues`; a padded batch:
     `pacer_batch_stop="batch"`, where one more block widens every row's verify slot, paid whether a row fills it
     or not). `time(n)`: a round of n drafted tokens (per row). Drafting goes on while some longer round is expected
     to yield more tokens, summed over the rows, per unit of time; rows that cannot draft on (`open_rows` False:
-    EOS, length limit) count as they are."""
+    EOS, length limit) count as they are. `rate_now`: the rate of stopping now when it is not the whole round's
+    (a trimming rule's `stop_rate`)."""
     n = max(len(p) for p in probs)
     survival, future, tokens = [], [], 0.0
     for p, open_row in zip(probs, open_rows):
         tokens += expected_tokens(p)[-1]
         survival.append(math.prod(p) if open_row else 0.0)
         future.append(sum(p[-block_size:]) / max(len(p[-block_size:]), 1))
-    rate_now = tokens / time(n)
+    rate_now = tokens / time(n) if rate_now is None else rate_now
     for extra in range(1, (max_tokens - n) // block_size + 1):
         for _ in range(block_size):
             for b in range(len(survival)):

@@ -66,3 +66,18 @@ class CostModel:
 
     def verify(self, k: np.ndarray) -> np.ndarray:
         return self.verify_curve.at(k)
+
+
+FAVOURED_ACCEPTANCE = (0.6, 0.8, 0.9, 0.97)  # per-token acceptance: uncertain, typical, easy and copied stretches of code
+
+
+def favoured_lengths(round_time, acceptance=FAVOURED_ACCEPTANCE, max_length: int = 16) -> tuple[int, ...]:
+    """The fixed draft lengths a machine's curve favours: for each per-token acceptance a, the length k in
+    1..max_length with the most expected tokens, (1 - a^(k+1)) / (1 - a), per unit of `round_time[k]` (a round
+    drafting k tokens, any unit; extrapolated linearly past its end). Why: the best fixed length depends on where
+    the verify curve steps up (2-3 tokens per step on one CPU, 4 on another), so a comparison against fixed lengths
+    picked on one machine says little on another. Distinct, increasing."""
+    curve = CostCurve(list(round_time), "given")
+    lengths = np.arange(1, max_length + 1)
+    seconds = curve.at(lengths)
+    return tuple(sorted({int(lengths[np.argmax((1 - a ** (lengths + 1)) / (1 - a) / seconds)]) for a in acceptance}))
