@@ -6,16 +6,16 @@
 #
 # 1. installs the wheels carried in .whl/ (transformers in the supported span, and what its import checks)
 #    into /tmp/site, without network, when the interpreter's transformers is outside >=5.21,<5.25;
-# 2. `pacer-hf bench` on the demo pair, greedy and T = 1: the target alone, sd-fixed γ sweep, HF's schedules, Pacer,
-#    PEARL (if it fails, once more with the eager scoring path, PACER_HF_CUDA_GRAPHS=0, so the figures still come);
+# 2. `pacer-hf bench` on the demo pair, greedy (the target alone, sd-fixed γ sweep, HF's schedules, Pacer, PEARL),
+#    then T = 1 (one run, fewer strategies), each copied into OUT_DIR as soon as it ends;
 # 3. the batch bench (B = 1, 4, 8);
 # 4. one round profiled (scripts/gpu_profile_round.py): Pacer with CUDA-graph and eager scoring, sd-fixed-6;
 # 5. runs the CUDA tests (pytest -m cuda: tests/test_cuda.py, tests/test_cuda_sampling.py);
 # 6. writes OUT_DIR/summary.txt: versions, each step's exit status and seconds, the figures.
 #
 # Every step runs under its own `timeout` and a failing step does not stop the later ones: the whole run ends
-# inside 10 minutes (install ~0.5, bench 4, batch 1.5, profile 1, tests 4; measurements first, so a run cut short
-# still brings them back). At most 10 files land in OUT_DIR.
+# inside 10 minutes (install ~0.5, then at most: bench 2.5, bench-t1 2, batch 1.3, profile 1.2, tests 3.5; measurements
+# first, so a run cut short still brings them back). At most 12 files land in OUT_DIR.
 # Without CUDA (GPU_CHECK_DEVICE=cpu, or none visible) the CUDA tests skip and the benches run tiny on the CPU:
 # a dry run of the script itself.
 set -u
@@ -32,8 +32,8 @@ T0=$(date +%s)
 : >"$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 
-# GPU_CHECK_STEPS picks steps (default all: "bench batch profile tests"), e.g. the benches alone on a second run.
-STEPS=" ${GPU_CHECK_STEPS:-bench batch profile tests} "
+# GPU_CHECK_STEPS picks steps (default all: "bench bench-t1 batch profile tests"), e.g. the benches alone on a second run.
+STEPS=" ${GPU_CHECK_STEPS:-bench bench-t1 batch profile tests} "
 
 # step NAME SECONDS LOG CMD...: run CMD under a timeout, output appended to LOG; record its status and time.
 step() {
@@ -93,34 +93,31 @@ from pacer_hf.data.prompts import pair_held_out_files
 root = Path(sysconfig.get_paths()["stdlib"])
 print("\n".join(str(p) for p in (root / f for f in pair_held_out_files("hub_cards/demo-target")) if p.is_file()))
 EOF
-BENCH=(-m pacer_hf.cli bench --device "$DEVICE" --quick --no-plots --no-progress
-    --strategies "ar,$GAMMAS,hf-heuristic,$CONFIDENCE,pacer,pearl" --temperatures 0,1 --prompt-tokens 128
-    --categories "$CATEGORIES" "${SIZE[@]}" --heldout-files "$WORK/heldout.txt" --out "$WORK/bench" --overwrite)
-step bench 240 "$OUT/bench.log" "$PY" "${BENCH[@]}"
-if [ "$DEVICE" = cuda ] && [ ! -f "$WORK/bench/results.json" ]; then  # the figures with the eager scoring path
-    note "bench: no results with CUDA graphs; once more with PACER_HF_CUDA_GRAPHS=0"
-    export PACER_HF_CUDA_GRAPHS=0
-    step bench 200 "$OUT/bench.log" "$PY" "${BENCH[@]}"
-    unset PACER_HF_CUDA_GRAPHS
-fi
+BENCH=(-m pacer_hf.cli bench --device "$DEVICE" --quick --no-plots --no-progress --prompt-tokens 128
+    --categories "$CATEGORIES" --heldout-files "$WORK/heldout.txt" --overwrite)
+keep() { for file in "$@"; do [ -f "$WORK/$file" ] && cp "$WORK/$file" "$OUT/${file/\//_}"; done; return 0; }
+step bench 150 "$OUT/bench.log" "$PY" "${BENCH[@]}" --strategies "ar,$GAMMAS,hf-heuristic,$CONFIDENCE,pacer,pearl" \
+    --temperatures 0 "${SIZE[@]}" --out "$WORK/bench"
+keep bench/results.json bench/results.md bench/run.json  # at once: a run cut short still brings them back
+# T = 1: one run, the fixed lengths that lead greedy on this pair, HF's default schedule, Pacer
+step bench-t1 120 "$OUT/bench.log" "$PY" "${BENCH[@]}" --strategies "ar,sd-fixed-2,sd-fixed-4,sd-fixed-6,$CONFIDENCE,pacer" \
+    --temperatures 1 "${SIZE[@]}" --runs 1 --out "$WORK/bench-t1"
+keep bench-t1/results.json bench-t1/results.md
 
 # 3. the batch bench (greedy rows checked identical to the target's own batched generate)
-step batch 90 "$OUT/bench.log" "$PY" -m pacer_hf.cli bench --device "$DEVICE" --no-plots --no-progress \
+step batch 80 "$OUT/bench.log" "$PY" -m pacer_hf.cli bench --device "$DEVICE" --no-plots --no-progress \
     --categories stdlib-continuation --runs 1 "${BATCH[@]}" --heldout-files "$WORK/heldout.txt" --out "$WORK/batch" --overwrite
+keep batch/batch.json batch/batch.md
 
 # 4. one round profiled: where the time goes with and without CUDA graphs
 PROFILE=(--repeats 3 --max-new-tokens 96)
 [ "$DEVICE" = cuda ] || PROFILE=(--repeats 1 --max-new-tokens 12)
-step profile 90 "$OUT/profile.log" "$PY" scripts/gpu_profile_round.py --device "$DEVICE" "${PROFILE[@]}" --out "$OUT/profile.json"
+step profile 70 "$OUT/profile.log" "$PY" scripts/gpu_profile_round.py --device "$DEVICE" "${PROFILE[@]}" --out "$OUT/profile.json"
 
 # 5. the CUDA tests (skipped, not failed, without a CUDA device)
-step tests 240 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider -m cuda -rxXfE --durations=12 \
+step tests 210 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider -m cuda -rxXfE --durations=12 \
     tests/test_cuda.py tests/test_cuda_sampling.py
 note "tests: $(grep -E '^[0-9]+ (passed|failed|skipped|error)|^=+ .*(passed|failed|skipped|error)' "$OUT/tests.log" | tail -1)"
-
-for file in bench/results.json bench/results.md bench/run.json batch/batch.json batch/batch.md; do
-    [ -f "$WORK/$file" ] && cp "$WORK/$file" "$OUT/${file/\//_}"
-done
 
 # 6. the figures: speed against the target alone, Pacer against the best fixed γ, the pre-verifier's share
 "$PY" - "$WORK" <<'EOF' 2>&1 | tee -a "$SUMMARY"
