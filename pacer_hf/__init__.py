@@ -40,6 +40,19 @@ AutoConfig.register(PacerLookupGateConfig.model_type, PacerLookupGateConfig, exi
 AutoModel.register(PacerLookupGateConfig, PacerLookupGate, exist_ok=True)
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # fit_preverifier needs the training stack (datasets, transformers.Trainer): imported on first use (PEP 562),
+    # so `import pacer_hf` stays light.
+    if name == "fit_preverifier":
+        import importlib
+
+        value = globals()[name] = importlib.import_module(f"{__name__}.training.fit").fit_preverifier
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "STRATEGIES",
     "LookupConfig",
@@ -62,6 +75,7 @@ __all__ = [
     "disable",
     "draft_features",
     "enable",
+    "fit_preverifier",
     "last_stats",
     "load_preverifier",
     "phrase_pool",

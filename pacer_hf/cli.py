@@ -23,6 +23,7 @@ COMMANDS = {
     "train-lookup-gate": "pacer_hf.recipes.lookup_gate",
     "push": "pacer_hf.hub.push",
     "push-generate": "pacer_hf.hub.push_generate",
+    "fit": "pacer_hf.training.fit_cli",
     "collect": "pacer_hf.training.collect",
     "train": "pacer_hf.training.train",
     "calibrate": "pacer_hf.training.calibrate",

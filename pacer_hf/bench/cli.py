@@ -18,6 +18,7 @@ from pathlib import Path
 from .._paths import hub_cards_dir
 from ..data.prompts import CATEGORIES, CHAT_CATEGORIES, check_categories
 from ..pairs import PAIRS
+from . import user_pair
 from .strategy_calls import Strategy, available_strategy_names, default_strategy_names, resolve_strategies
 
 DEMO = {role: hub_cards_dir() / f"demo-{role}" for role in ("target", "draft", "preverifier", "preverifier-sampling")}
@@ -35,12 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "--draft; smollm2 benchmarks the chat categories by default, qwen2.5-coder the code ones")
     pair.add_argument("--target", help="target model folder or Hub id (default hub_cards/demo-target)")
     pair.add_argument("--draft", help="draft model folder or Hub id (default hub_cards/demo-draft)")
-    pair.add_argument("--preverifier", help="pre-verifier folder (default hub_cards/demo-preverifier if present)")
+    pair.add_argument("--preverifier", help="pre-verifier folder, e.g. `pacer-hf fit --out` (default "
+                      "hub_cards/demo-preverifier if present)")
     pair.add_argument("--sampling-preverifier",
                       help="pre-verifier folder for the sampling runs (T > 0), trained on sampled rounds (default "
                            "hub_cards/demo-preverifier-sampling with the demo pair and no --preverifier; else "
                            "--preverifier's)")
-    pair.add_argument("--tokenizer", help="tokenizer folder (default: the target's)")
+    pair.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the target's)")
     pair.add_argument("--lookup-gate", help="a lookup gate folder attached to the target: strategy pacer-lookup "
                       "uses it (default: the pair's own, e.g. hub_cards/smollm2-lookup-gate, else the default gate)")
     pair.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
@@ -194,6 +196,8 @@ def _run(args: argparse.Namespace, report) -> int:
     preset = QUICK if args.quick else FULL
     if args.pair in CHAT_DEFAULTS and args.categories == ",".join(CATEGORIES):
         args.categories = CHAT_DEFAULTS[args.pair]  # an instruction-tuned target is served chat requests
+    elif args.target and args.categories == ",".join(CATEGORIES) and user_pair.is_chat_model(args):
+        args.categories = ",".join(CHAT_CATEGORIES)  # a user's chat model: the chat categories by default
     categories = check_categories(_split(args.categories) or [])
     temperatures = tuple(float(t) for t in _split(args.temperatures) or ["0"])
     if any(t < 0 for t in temperatures):
@@ -255,8 +259,8 @@ def _pair_paths(args: argparse.Namespace) -> tuple[str, str, str | None, str | N
     elif args.target is None or args.draft is None:
         raise ValueError("Pass both --target and --draft (or neither, for the demo pair).")
     else:
-        target_path, draft_path, preverifier_path = args.target, args.draft, args.preverifier
-        sampling_path = args.sampling_preverifier
+        target_path, draft_path = args.target, args.draft
+        preverifier_path, sampling_path = user_pair.fitted_preverifiers(args.preverifier, args.sampling_preverifier)
     return target_path, draft_path, preverifier_path, sampling_path
 
 
@@ -288,7 +292,7 @@ def _load(args: argparse.Namespace, target_path: str, draft_path: str, preverifi
     sampling pre-verifier) paths as recorded); attaches --lookup-gate to the target."""
     import pacer_hf
 
-    from ..loading import check_pair, load_causal_lm, load_tokenizer
+    from ..loading import check_pair, load_causal_lm
 
     if args.pair is not None:
         target, draft, tokenizer, preverifier, sampling = _load_named_pair(args)
@@ -296,8 +300,8 @@ def _load(args: argparse.Namespace, target_path: str, draft_path: str, preverifi
         sampling_path = sampling_path or (f"pair:{args.pair}" if sampling is not None else None)
     else:
         target = load_causal_lm(target_path, args.dtype)
-        draft = load_causal_lm(draft_path, args.dtype)
-        tokenizer = load_tokenizer(args.tokenizer or target_path)
+        draft = user_pair.load_draft(draft_path, args.dtype)
+        tokenizer = user_pair.tokenizer_of(args, target_path)
         check_pair(target, draft, tokenizer)
         preverifier = pacer_hf.load_preverifier(preverifier_path).to(draft.dtype) if preverifier_path else None
         sampling = pacer_hf.load_preverifier(sampling_path).to(draft.dtype) if sampling_path else None

@@ -1,0 +1,108 @@
+"""`fit_preverifier`'s training stage: `transformers.Trainer` with checkpoints and a wall-clock limit.
+
+`train_preverifier` (the `pacer-hf train` command) trains to the end in one go; a fit runs under a budget and may be
+interrupted, so here the Trainer saves a checkpoint every `checkpoint_every` optimizer steps (and when the time is up)
+and a rerun resumes from the last one (`resume_from_checkpoint`), optimizer and schedule included.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import TrainerCallback, TrainingArguments, set_seed
+from transformers.trainer_utils import get_last_checkpoint
+
+from ..modeling_pacer import PacerPreVerifier
+from .traces import load_traces, read_manifest
+from .train import PacerTrainer, TraceCollator, auc_ece, build_preverifier, predict_probs, prepare
+
+
+class TimeLimit(TrainerCallback):
+    """Stop training (with a checkpoint) once `seconds` have passed since training started."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds, self.start = seconds, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.seconds is not None and time.perf_counter() - self.start > self.seconds:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+def train_with_checkpoints(train_traces: Path, eval_traces: Path, output_dir: Path, *, epochs: float,
+                           seconds: float | None, max_draft_tokens: int, decoding: str, seed: int = 0,
+                           batch_size: int = 64, learning_rate: float = 1e-3, checkpoint_every: int = 50,
+                           progress: bool = True, device: str = "cpu") -> tuple[PacerPreVerifier, dict]:
+    """Train a fresh pre-verifier on `train_traces` (resuming from the last checkpoint in `output_dir`), stopping
+    after `epochs` or `seconds`; returns it with AUC/ECE on `eval_traces` and what the run did."""
+    manifest = read_manifest(train_traces)
+    set_seed(seed)
+    model = build_preverifier(manifest, max_draft_tokens=max_draft_tokens, decoding=decoding)
+    train_set, eval_set = prepare(load_traces(train_traces)), prepare(load_traces(eval_traces))
+    steps_per_epoch = max(1, math.ceil(len(train_set) / batch_size))
+    checkpoint_every = max(1, min(checkpoint_every, steps_per_epoch))  # at least one checkpoint an epoch
+    args = TrainingArguments(
+        output_dir=str(output_dir), per_device_train_batch_size=batch_size, per_device_eval_batch_size=256,
+        num_train_epochs=epochs, learning_rate=learning_rate, weight_decay=0.01, lr_scheduler_type="cosine",
+        warmup_steps=max(1, int(0.05 * steps_per_epoch * epochs)), logging_strategy="no",
+        eval_strategy="no", save_strategy="steps", save_steps=checkpoint_every, save_total_limit=2,
+        report_to=[], remove_unused_columns=False, seed=seed, data_seed=seed,
+        dataloader_num_workers=0, disable_tqdm=not progress, use_cpu=device == "cpu",
+    )
+    limit = TimeLimit(seconds)
+    trainer = PacerTrainer(model=model, args=args, train_dataset=train_set, data_collator=TraceCollator(),
+                           callbacks=[limit])
+    last = get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+    started = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=last)
+    model = trainer.model.eval()
+    probs, labels = predict_probs(model, eval_set)
+    auc, ece = auc_ece(probs, labels)
+    state = trainer.state
+    run = {"train_rows": len(train_set), "eval_rows": len(eval_set), "epochs_planned": epochs,
+           "epochs_done": round(float(state.epoch or 0.0), 3), "steps": int(state.global_step),
+           "stopped_by_time": bool(seconds is not None and state.epoch is not None and state.epoch < epochs - 1e-6),
+           "resumed_from": Path(last).name if last else None, "seconds": round(time.perf_counter() - started, 1),
+           "train_loss": round(float(result.training_loss), 5), "batch_size": batch_size,
+           "learning_rate": learning_rate, "auc": auc, "ece": ece,
+           "eval_accept_rate": float(labels[labels >= 0].mean()) if (labels >= 0).any() else float("nan")}
+    model.config.training = {k: run[k] for k in ("train_rows", "eval_rows", "epochs_done", "steps", "auc", "ece")}
+    return model, run
+
+
+def epochs_for(rows: int, seconds: float | None, step_seconds: float, batch_size: int = 64, most: float = 8.0) -> float:
+    """Epochs that fit `seconds` at `step_seconds` per optimizer step (at least one, at most `most`; None: `most`)."""
+    if seconds is None:
+        return most
+    steps = max(1.0, seconds / max(step_seconds, 1e-6))
+    return float(np.clip(steps / max(1, math.ceil(rows / batch_size)), 1.0, most))
+
+
+def step_seconds(max_draft_tokens: int, hidden_size: int, batch_size: int = 64, device: str = "cpu") -> float:
+    """Seconds of one optimizer step of a fresh pre-verifier on random rounds of this shape (median of 5)."""
+    from ..configuration_pacer import PacerConfig
+
+    model = PacerPreVerifier(PacerConfig(draft_hidden_size=hidden_size, max_draft_tokens=max_draft_tokens,
+                                         loop_features=True)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    hidden = torch.randn(batch_size, max_draft_tokens, hidden_size, device=device)
+    feats = torch.randn(batch_size, max_draft_tokens, 3, device=device)
+    loop = torch.rand(batch_size, 3, device=device)
+    labels = torch.randint(0, 2, (batch_size, max_draft_tokens), device=device).float()
+    times = []
+    for _ in range(6):
+        start = time.perf_counter()
+        loss = model(hidden, feats, labels=labels, loop_features=loop).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times[1:])) * 1.5  # the Trainer's own bookkeeping and data loading on top

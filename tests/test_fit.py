@@ -1,0 +1,227 @@
+"""`pacer_hf.fit_preverifier` and `pacer-hf fit`: tiny config models with the demo tokenizer, small budgets.
+
+The cost measurement and the answers are cut down here (fewer timing repeats, short answers); what is checked is the
+plumbing: models from objects, folders and (monkeypatched) Hub ids, prompts from a list or a jsonl file, the card
+written beside the weights, resuming after an interruption in training, and the errors for bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import build_draft, build_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import pacer_hf
+from pacer_hf._paths import hub_cards_dir
+from pacer_hf.training import fit as fit_module
+from pacer_hf.training import fit_calibrate, fit_train
+from pacer_hf.training.fit_data import build_prompts, user_requests
+from pacer_hf.training.fit_setup import load_models
+
+DEMO_TOKENIZER = hub_cards_dir() / "demo-target"
+PROMPTS = [f"def function_{i}(values):\n    \"\"\"Return the sum of values plus {i}.\"\"\"\n" for i in range(12)]
+SMALL = {"max_new_tokens": 16, "max_draft_tokens": 8, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(DEMO_TOKENIZER)
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    """A tiny float32 Llama target over the demo tokenizer's vocabulary and a noisy copy of it as the draft."""
+    target = build_model("llama", vocab_size=len(tokenizer), hidden=32, layers=2).float()
+    return target, build_draft(target, "noisy", noise=0.3)
+
+
+@pytest.fixture(scope="module")
+def folders(tiny, tokenizer, tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair")
+    for name, model in zip(("target", "draft"), tiny):
+        model.save_pretrained(root / name)
+    tokenizer.save_pretrained(root / "target")
+    return root / "target", root / "draft"
+
+
+@pytest.fixture(autouse=True)
+def quick_costs(monkeypatch):
+    monkeypatch.setattr(fit_calibrate, "COST_REPEATS", 2)
+    monkeypatch.setattr(fit_calibrate, "LOOP_TOKENS", 12)
+
+
+@pytest.mark.slow
+def test_fit_from_folders_writes_a_card_and_decides_exactly(folders, tokenizer, tmp_path):
+    target_dir, draft_dir = folders
+    out = tmp_path / "pv"
+    pv = pacer_hf.fit_preverifier(str(target_dir), str(draft_dir), prompts=PROMPTS, output_dir=out, budget_s=60,
+                                  **SMALL)
+    report = pv.fit_report
+    assert pv.config.decision_rule == "expected_gain" and pv.config.decoding == "greedy"
+    assert {"draft_cost", "verify_cost", "round_cost"} <= set(pv.config.calibration)
+    assert pv.config.draft_model == str(draft_dir) and pv.config.target_model == str(target_dir)
+    assert 0.0 <= report["auc"] <= 1.0 and 0.0 <= report["ece"] <= 1.0
+    assert report["speed_check"]["summary"]["outputs_identical"]
+    methods = [row["method"] for row in report["speed_check"]["rows"]]
+    assert methods[:5] == ["target alone", "sd-fixed-2", "sd-fixed-4", "sd-fixed-6", "sd-fixed-8"]
+    assert any(m.startswith("transformers' assisted generation") for m in methods)
+    card = (out / "README.md").read_text()
+    assert "held-out AUC" in card and "sd-fixed-4" in card and "expected_gain" in card
+    metrics = json.loads((out / "pacer_metrics.json").read_text())
+    assert metrics["training"]["answers"] == len(PROMPTS) and metrics["evaluation"]["held-out AUC"] == report["auc"]
+    loaded = pacer_hf.load_preverifier(str(out))
+    target = AutoModelForCausalLM.from_pretrained(target_dir).eval()
+    draft = AutoModelForCausalLM.from_pretrained(draft_dir).eval()
+    pacer_hf.enable(target)
+    ids = torch.tensor([tokenizer(PROMPTS[0])["input_ids"]])
+    plain = target.generate(ids, max_new_tokens=20, do_sample=False)
+    assert torch.equal(target.generate(ids, max_new_tokens=20, do_sample=False, assistant_model=draft, pacer=loaded),
+                       plain)
+    # the saved card goes with the object too: save_pretrained elsewhere writes it again
+    pv.save_pretrained(tmp_path / "again")
+    assert (tmp_path / "again" / "README.md").read_text() == card
+
+
+def test_rerun_resumes_after_an_interruption_in_training(tiny, tokenizer, tmp_path, monkeypatch):
+    target, draft = tiny
+    out = tmp_path / "pv"
+
+    def interrupt(self, args, state, control, **kwargs):
+        raise KeyboardInterrupt("simulated interruption after the first checkpoint")
+
+    monkeypatch.setattr(fit_train.TimeLimit, "on_save", interrupt, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        pacer_hf.fit_preverifier(target, draft, tokenizer, prompts=PROMPTS, output_dir=out, speed_check=False, **SMALL)
+    monkeypatch.undo()
+    monkeypatch.setattr(fit_calibrate, "COST_REPEATS", 2)
+    monkeypatch.setattr(fit_calibrate, "LOOP_TOKENS", 12)
+    answers = (out / "fit-work" / "answers-greedy.jsonl").read_text()
+    assert list((out / "fit-work" / "trainer-greedy").glob("checkpoint-*"))
+
+    def no_more_answers(*args, **kwargs):
+        raise AssertionError("the answers stage had finished: a rerun must not generate again")
+
+    monkeypatch.setattr(fit_module, "generate_answers", no_more_answers)
+    pv = pacer_hf.fit_preverifier(target, draft, tokenizer, prompts=PROMPTS, output_dir=out, speed_check=False, **SMALL)
+    assert pv.fit_report["training"]["resumed_from"].startswith("checkpoint-")
+    assert (out / "fit-work" / "answers-greedy.jsonl").read_text() == answers
+    assert (out / "model.safetensors").is_file() and "not measured" in (out / "README.md").read_text()
+
+
+def test_prompts_from_a_list_and_a_jsonl_file_agree(tokenizer, tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"text": p}) + "\n" for p in PROMPTS))
+    from_file, from_list = build_prompts(tokenizer, str(path)), build_prompts(tokenizer, PROMPTS)
+    assert from_file == from_list
+    assert [r["prompt"] for r in from_list if r["key"] == "user/3"] == [tokenizer(PROMPTS[3] + "\n\n")["input_ids"]]
+    held = [r for r in from_list if r["heldout"]]
+    assert 2 <= len(held) < len(from_list) and from_list[: len(held)] == held  # held-out first, for any budget
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"prompt": "hi"}) + "\n")
+    with pytest.raises(ValueError, match=r"prompts=.*column='text'"):
+        user_requests(str(other))
+    assert user_requests(str(other), column="prompt") == [("user/0", "user", "hi")]
+
+
+def test_default_prompts_mix_the_five_kinds_and_use_the_chat_template(tokenizer):
+    from pacer_hf.data.fit_prompts import category_of, default_requests
+
+    requests = default_requests(per_category=3)
+    assert {category_of(c) for _, c, _ in requests} == {"code", "qa", "summarization", "rewriting", "chat"}
+    chat = AutoTokenizer.from_pretrained(DEMO_TOKENIZER)
+    chat.chat_template = "{% for m in messages %}<user>{{ m['content'] }}</user>{% endfor %}<assistant>"
+    records = build_prompts(chat, ["Why is the sky blue?"] * 4)
+    assert chat.decode(records[0]["prompt"]).startswith("<user>Why is the sky blue?</user><assistant>")
+    with pytest.raises(ValueError, match="chat_template=True"):
+        build_prompts(tokenizer, PROMPTS, chat_template=True)
+
+
+def test_hub_ids_load_as_transformers_loads_them(folders, monkeypatch):
+    target_dir, draft_dir = folders
+    local = {"org/tiny-target": target_dir, "org/tiny-draft": draft_dir}
+    for cls in (AutoModelForCausalLM, AutoTokenizer):
+        original = cls.from_pretrained.__func__
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(
+            lambda c, name, *a, _o=original, **k: _o(c, str(local.get(name, name)), *a, **k)))
+    target, draft, tokenizer, names = load_models("org/tiny-target", "org/tiny-draft", None, "cpu", "auto")
+    assert names == {"target": "org/tiny-target", "draft": "org/tiny-draft"}
+    assert target.dtype == draft.dtype == torch.float32 and len(tokenizer) == target.config.vocab_size
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"decoding": "beam"}, "decoding='beam'"),
+    ({"budget_s": 0}, "budget_s=0"),
+    ({"max_draft_tokens": 0}, "max_draft_tokens=0"),
+    ({"device": "tpu"}, "device='tpu'"),
+    ({"dtype": "int4"}, "dtype='int4'"),
+    ({"push_to_hub": "org/name"}, "push_to_hub= needs output_dir="),
+    ({"prompts": []}, "prompts= is empty"),
+    ({"prompts": "missing.jsonl"}, "prompts='missing.jsonl' does not exist"),
+])
+def test_bad_arguments_name_the_argument(tiny, tokenizer, kwargs, match):
+    target, draft = tiny
+    with pytest.raises(ValueError, match=match):
+        pacer_hf.fit_preverifier(target, draft, tokenizer, **{"prompts": PROMPTS, **kwargs})
+
+
+def test_bad_models_and_output_folders_are_refused(tiny, tokenizer, tmp_path):
+    target, draft = tiny
+    with pytest.raises(ValueError, match="target= must be a causal LM"):
+        pacer_hf.fit_preverifier(42, draft, tokenizer, prompts=PROMPTS)
+    with pytest.raises(ValueError, match="draft='no/such-model' does not load"):
+        pacer_hf.fit_preverifier(target, "no/such-model", tokenizer, prompts=PROMPTS)
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="is not empty and holds no fit"):
+        pacer_hf.fit_preverifier(target, draft, tokenizer, prompts=PROMPTS, output_dir=tmp_path)
+    other = build_model("llama", vocab_size=len(tokenizer) + 64, hidden=16, layers=1)  # ids the target lacks
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        pacer_hf.fit_preverifier(target, other, tokenizer, prompts=PROMPTS)
+
+
+def test_a_folder_holding_another_fit_is_refused(tiny, tokenizer, tmp_path):
+    from pacer_hf.training.fit_setup import open_work
+
+    open_work(tmp_path / "pv", {"max_draft_tokens": 8, "prompts": ["a"]}, overwrite=False)
+    with pytest.raises(ValueError, match="holds a fit with other max_draft_tokens"):
+        open_work(tmp_path / "pv", {"max_draft_tokens": 24, "prompts": ["a"]}, overwrite=False)
+    work, state = open_work(tmp_path / "pv", {"max_draft_tokens": 24, "prompts": ["a"]}, overwrite=True)
+    assert state["signature"]["max_draft_tokens"] == 24 and work.path.is_dir()
+
+
+def test_cli_fit_reports_bad_arguments(capsys):
+    from pacer_hf.cli import main
+
+    assert main(["fit", "--target", "t", "--draft", "d", "--out", "o", "--budget-minutes", "0"]) == 2
+    assert "--budget-minutes 0" in capsys.readouterr().err
+
+
+def test_bench_reads_a_fit_folder_of_both_decodings(tmp_path):
+    from pacer_hf.bench.user_pair import fitted_preverifiers
+
+    for mode in ("greedy", "sampling"):
+        (tmp_path / mode).mkdir()
+        (tmp_path / mode / "config.json").write_text("{}")
+    assert fitted_preverifiers(str(tmp_path), None) == (str(tmp_path / "greedy"), str(tmp_path / "sampling"))
+    assert fitted_preverifiers(str(tmp_path / "greedy"), None) == (str(tmp_path / "greedy"), None)
+    assert fitted_preverifiers(None, None) == (None, None)
+
+
+@pytest.mark.slow
+def test_cli_fits_both_decodings(folders, tmp_path, capsys):
+    from pacer_hf.cli import main
+
+    target_dir, draft_dir = folders
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"text": p}) + "\n" for p in PROMPTS))
+    out = tmp_path / "pv"
+    assert main(["fit", "--target", str(target_dir), "--draft", str(draft_dir), "--out", str(out), "--prompts",
+                 str(prompts), "--decoding", "both", "--max-draft-tokens", "8", "--max-new-tokens", "16",
+                 "--device", "cpu", "--budget-minutes", "2", "--no-progress"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [line["decoding"] for line in lines] == ["greedy", "sampling"]
+    for mode in ("greedy", "sampling"):
+        assert pacer_hf.load_preverifier(str(out / mode)).config.decoding == mode
+        assert (out / mode / "README.md").is_file()
