@@ -72,7 +72,7 @@ class OracleGenerator(PacerCandidateGenerator):
     """Tells the reference stop where each round starts (and, on the first, which prompt this is)."""
 
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs):
-        if self.rounds == 0:
+        if self.record.rounds == 0:
             self.stop.reference = REFERENCES[tuple(input_ids[0].tolist())]
         self.stop.position = input_ids.shape[1]
         return super().get_candidates(input_ids, **kwargs)

@@ -179,7 +179,7 @@ def test_graph_scorer_scores_like_the_eager_forward(dtype, loop, rows):
     pv = make_preverifier(draft, block_size=2, max_draft_tokens=6, loop_features=loop).to(DEVICE, dtype)
     graph, eager = GraphBlockScorer.for_preverifier(pv), BlockScorer(pv)
     generator = torch.Generator().manual_seed(0)
-    for round_ in range(3):
+    for _ in range(3):  # rounds: captured once, then replayed
         loops = torch.rand(rows, 3, generator=generator).tolist()
         graph.start(loops)
         eager.start(loops)

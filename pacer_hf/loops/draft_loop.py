@@ -15,10 +15,9 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList
 
 from .._hf_compat import CandidateGenerator, crop_cache, eos_ids
-from ..costs import RoundClock
 from ..stats import PacerStats
 from .draft_forwards import choose_draft_forward
-from .stop_rule import PacerStopRule
+from .stop_rule import PacerStopRule, RoundRecord
 
 
 class PacerCandidateGenerator(CandidateGenerator):
@@ -50,20 +49,16 @@ class PacerCandidateGenerator(CandidateGenerator):
         self.eos = eos_ids(generation_config.eos_token_id)
         self.ids = torch.empty((1, self.max_length), dtype=torch.long, device=draft.device)
         self.forward, self.cache = choose_draft_forward(draft, draft_forward, self.max_length, stats)
-        self.clock = RoundClock(stop.costs if stop is not None else None)  # timing for the stop rule's costs
-        self.rounds = 0
+        self.record = RoundRecord(stats, stop, stop.costs if stop is not None else None)
 
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
         start = time.perf_counter()
         cur_len = input_ids.shape[1]
-        self.stats.target_forwards += 1
         budget = min(self.max_draft_tokens, self.max_length - cur_len - 1)
         n, processed = self._draft(input_ids, budget) if budget > 0 else (0, [])
-        self.stats.draft_lengths.append(n)
-        self.rounds += 1
         # untimed: the first round (it also reads the prompt) and a trimmed one (it drafted more than it proposes)
-        self.clock.handed_out(n, start if self.rounds > 1 and len(processed) == n else None)
+        self.record.proposed(n, start if self.record.rounds > 0 and len(processed) == n else None)
         if n == 0:
             return input_ids, None
         # A view: the verification loop reads the candidates before the next round writes `ids` again.
@@ -129,10 +124,7 @@ class PacerCandidateGenerator(CandidateGenerator):
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
         """No schedule to update (the draft length is decided while drafting); record the outcome and, for a
         stop rule deciding by cost, what the round cost."""
-        self.clock.verdict()
-        self.stats.accepted.append(int(num_matches))
-        if self.stop is not None:
-            self.stop.end_round(int(num_matches), self.clock.proposed, scores[0, int(num_matches)])
+        self.record.verified(int(num_matches), scores)
 
 
 def _first_eos(tokens: list[int], eos: set[int]) -> int | None:

@@ -2,7 +2,8 @@
 
 Every loop that drafts with a pre-verifier runs it through here: the single-row drafting loop (`draft_loop.py`, which
 PEARL, Ouroboros and prompt lookup with a draft reuse) through `PacerStopRule`, the batched loop through
-`BatchStopRule`. The scoring path is chosen once per call from where the draft's tensors live:
+`BatchStopRule`; single-row generators record their rounds with `RoundRecord`. The scoring path is chosen once per
+call from where the draft's tensors live:
 - CPU: the compiled numba scorer, token by token (`preverifier_kernel.py`);
 - CUDA, with the pre-verifier on the device: the block's features and layer replayed as one CUDA graph
   (`block_scorer.GraphBlockScorer`), read back once per block;
@@ -24,6 +25,7 @@ from transformers import PreTrainedModel
 
 from ..costs import (
     BatchClock,
+    RoundClock,
     RoundCosts,
     cached_probe,
     fastest,
@@ -134,6 +136,31 @@ class PacerStopRule:
         if self.scorer is None and self.blocks.path == "graph":
             return self.blocks.take_seconds(time.perf_counter() - start)
         return time.perf_counter() - start
+
+
+class RoundRecord:
+    """What a single-row candidate generator records of each round, in one place: the proposal, the verdict, the
+    round's time for the costs that decide (`RoundClock`, when there are any) and, for the stop rule, what the next
+    round may read (`PacerStopRule.end_round`)."""
+
+    def __init__(self, stats: PacerStats, stop: PacerStopRule | None = None, costs: RoundCosts | None = None):
+        self.stats, self.stop = stats, stop
+        self.clock = RoundClock(costs)
+        self.rounds = 0
+
+    def proposed(self, tokens: int, start: float | None) -> None:
+        """A round hands out `tokens` candidates; `start`: when its work began (None leaves it untimed)."""
+        self.stats.target_forwards += 1
+        self.stats.draft_lengths.append(tokens)
+        self.clock.handed_out(tokens, start)
+        self.rounds += 1
+
+    def verified(self, accepted: int, target_scores: torch.Tensor) -> None:
+        """The target accepted `accepted` of them; `target_scores` (1, positions, vocab): its scores of the round."""
+        self.clock.verdict()
+        self.stats.accepted.append(accepted)
+        if self.stop is not None:
+            self.stop.end_round(accepted, self.clock.proposed, target_scores[0, accepted])
 
 
 class BatchStopRule:

@@ -12,8 +12,9 @@ from transformers import GenerationConfig
 from ..._hf_compat import CandidateGenerator, eos_ids
 from ...candidates.calibration import MAX_LOGIT, OnlineCalibration
 from ...candidates.suffix import CACHE, SuffixSource, gate_features
-from ...costs import RoundClock, RoundCosts
+from ...costs import RoundCosts
 from ...loops.draft_loop import PacerCandidateGenerator
+from ...loops.stop_rule import RoundRecord
 from ...modeling_lookup_gate import PacerLookupGate, feature_rows, find_lookup
 from ...stats import PacerStats
 
@@ -53,7 +54,7 @@ class LookupCandidateGenerator(CandidateGenerator):
         self.num_tokens = num_tokens
         self.source = source  # the request's suffix index (and a cache of earlier requests); None: find_lookup
         self.costs = costs  # what a round proposing k lookup tokens costs here; refined by every round
-        self.clock = RoundClock(costs)  # times the lookup rounds (a draft round: the draft generator's own)
+        self.record = RoundRecord(stats, costs=costs)  # the lookup rounds (a draft round: the draft generator's own)
         self.delegated = False  # the round in flight was the draft's
         self.max_ngram = max_ngram
         self.gate = gate
@@ -81,9 +82,7 @@ class LookupCandidateGenerator(CandidateGenerator):
         self.delegated = not tokens and self.drafting is not None
         if self.delegated:
             return self.drafting.get_candidates(input_ids)
-        self.stats.target_forwards += 1
-        self.stats.draft_lengths.append(len(tokens))
-        self.clock.handed_out(len(tokens), None if first else start)  # the first round also reads the prompt
+        self.record.proposed(len(tokens), None if first else start)  # the first round also reads the prompt
         if not tokens:
             return input_ids, None
         proposal = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
@@ -125,8 +124,7 @@ class LookupCandidateGenerator(CandidateGenerator):
         if self.delegated:
             self.drafting.update_candidate_strategy(input_ids, scores, num_matches)
         else:
-            self.clock.verdict()
-            self.stats.accepted.append(int(num_matches))
+            self.record.verified(int(num_matches), scores)
             if self.calibration is not None and self.stats.lookup_lengths[-1]:
                 self.calibration.update(self.proposed_logits[: self.stats.lookup_lengths[-1]], int(num_matches))
         if self.gate is not None:

@@ -60,7 +60,6 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
     # ----------------------------------------------------------------- caller's thread
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
-        self.stats.target_forwards += 1
         job, self.job = self.job, None
         pending, scores = None, None
         if job is not None:
@@ -77,7 +76,7 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
                 pending, scores = self._resync(input_ids)
         candidates = input_ids if pending is None else torch.cat([input_ids, pending], dim=1)
         self.pending = 0 if pending is None else pending.shape[1]
-        self.stats.draft_lengths.append(self.pending)
+        self.record.proposed(self.pending, None)  # untimed: the draft's time overlaps the target's
         budget = min(self.gamma, self.max_length - candidates.shape[1] - 1)
         launched = None
         if budget >= 2:  # a job of one token could only be pre-verified, never sent
@@ -94,9 +93,7 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
         """Record the round; tell the in-flight job as early as possible whether it can still be kept."""
         self.stats.target_seconds.append(time.perf_counter() - self.sent_at)
         matches = int(num_matches)
-        self.stats.accepted.append(matches)
-        if self.stop is not None:  # jobs made from now on read this round's outcome (a job in flight keeps its own)
-            self.stop.end_round(matches, self.pending, scores[0, matches])
+        self.record.verified(matches, scores)  # jobs made from now on read this round's outcome (not one in flight)
         if self.job is None:
             return
         if matches < self.pending:
