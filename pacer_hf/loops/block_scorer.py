@@ -99,7 +99,8 @@ class GraphBlockScorer:
     def __init__(self, preverifier: PacerPreVerifier, key: tuple = ()):
         if preverifier.device.type != "cuda":
             raise ValueError(f"GraphBlockScorer runs on CUDA; the pre-verifier is on {preverifier.device}.")
-        self.preverifier, self.key = preverifier, key
+        # weakly: the class cache maps the pre-verifier to this scorer, and a strong reference back would keep both
+        self._preverifier, self.key = weakref.ref(preverifier), key
         self.block_size = preverifier.config.block_size
         self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
         self.buffers: dict[tuple[int, int], _Buffers] = {}  # (rows bucket, vocab) -> static tensors
@@ -108,6 +109,10 @@ class GraphBlockScorer:
         self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         self.rows, self.bucket, self.n, self.loops = 1, 1, 0, None
         self.pending_gpu, self.waited = False, 0.0
+
+    @property
+    def preverifier(self) -> PacerPreVerifier:
+        return self._preverifier()
 
     def start(self, loops: list[list[float]] | None) -> None:
         """A new round; `loops`: each row's `loop_features(...)` (their count is the round's rows)."""
