@@ -468,3 +468,30 @@ def test_batch_too_large_for_memory_refused_before_any_forward(pair, monkeypatch
     assert forwards == []
     monkeypatch.undo()
     speculative(target, draft, ids, mask, "sd-fixed-3", max_new_tokens=5)  # the same batch runs with the memory
+
+
+def test_row_stops_decide_with_the_batch_clock_once_it_is_ready(pair, monkeypatch):
+    """`pacer_batch_stop="row"`: each row's decision reads the costs the batch's own clock measured (the round time
+    of n drafted tokens per row, a drafted token's time) once the clock is ready, and, said explicitly by passing
+    none, the pre-verifier's stored calibration before that."""
+    from pacer_hf.loops.stop_rule import BatchStopRule
+    from pacer_hf.stats import PacerStats
+
+    _, draft = pair("llama", "noisy")
+    pv = make_preverifier(draft, block_size=2, threshold=0.5, max_draft_tokens=6)
+    seen = []
+    monkeypatch.setattr(type(pv), "decide", lambda self, logits, costs=None: seen.append(costs) or (False, 0))
+    clock = pacer_hf.costs.BatchClock()
+    rule = BatchStopRule(pv, PacerStats("t"), "row", clock)
+    hidden, raw = torch.randn(2, pv.config.draft_hidden_size), torch.randn(2, 96)
+    tokens = raw.argmax(-1)
+    for ready in (False, True):
+        if ready:
+            clock = FixedClock()
+            rule.clock = clock
+        rule.start([[0.0] * 3] * 2)
+        assert rule.add(hidden, raw, tokens, [[1], [2]], [True, True]) is None
+        assert rule.add(hidden, raw, tokens, [[1, 3], [2, 4]], [True, True]) == [(False, 0)] * 2
+    assert seen[:2] == [None, None]
+    table = [n * 0.005 + -(-n // 2) * 0.005 + 1.0 + 0.01 * 2 * (n + 1) for n in range(7)]
+    assert seen[2:] == [{"round_cost": pytest.approx(table), "draft_cost": 0.005}] * 2
