@@ -5,7 +5,8 @@ timed run: every pre-verifier is scored on the report half of the held-out trace
 reports on), with the costs recorded by the first one's calibration, and its shipped rule (block size, rule,
 threshold) simulated (`training.simulate.speedup_table`, fixed γ up to the traces' round length). Prints and saves
 AUC, ECE, the simulated speedup over the target alone, the mean draft and the best fixed γ; for an expected-gain
-rule also the same rule trimming its stopped rounds (`trim_failed_block`, greedy only). A pre-verifier whose
+rule also the same rule with `trim_failed_block` (greedy only: it trims a stopped round and stops where a trim, none
+proposed included, beats drafting on). A pre-verifier whose
 `max_draft_tokens` is below the traces' round length is scored on the rounds' first tokens, where its rounds end.
 `--costs` replays under another measured cost model instead (a bench record's `run.json`, whose "costs" it reads,
 or a calibration-style JSON dict).

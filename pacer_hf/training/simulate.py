@@ -63,7 +63,7 @@ def oracle_lengths(acc: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarr
 
 
 def pacer_lengths(probs: np.ndarray, block_size: int, threshold: float, rule: str = "block",
-                  max_tokens: int | None = None, costs: CostModel | None = None) -> np.ndarray:
+                  max_tokens: int | None = None, costs: CostModel | None = None, trim: bool = False) -> np.ndarray:
     """Draft lengths chosen by the Pacer rule from per-token predicted acceptance `probs (N, L)`.
 
     Mirrors generation: after every `block_size` tokens the pre-verifier scores the last block
@@ -71,6 +71,8 @@ def pacer_lengths(probs: np.ndarray, block_size: int, threshold: float, rule: st
     asks `expected_gain_continues`, the function `PacerPreVerifier.decide` calls; a stop ends drafting
     (the last block is still verified); the cap is `max_tokens`. Every drafted token is scored (its
     features and the scorer run per token), so a round's pre-verifier cost is its length times the per-token cost.
+    `trim` (expected_gain, greedy): the rule `trim_failed_block` runs, which also stops where proposing a prefix,
+    none included, beats drafting on; `trimmed_lengths` gives what such rounds propose.
     """
     n, width = probs.shape
     cap = min(width, max_tokens or width)
@@ -80,7 +82,7 @@ def pacer_lengths(probs: np.ndarray, block_size: int, threshold: float, rule: st
         calibration, lengths = costs.as_calibration(), np.full(n, cap, dtype=np.int64)
         for r, row in enumerate(probs[:, :cap].tolist()):
             for end in range(block_size, cap + 1, block_size):
-                if not expected_gain_continues(row[:end], block_size, cap, calibration):
+                if not expected_gain_continues(row[:end], block_size, cap, calibration, trim=trim):
                     lengths[r] = end
                     break
         return lengths
@@ -113,7 +115,7 @@ THRESHOLDS = (0.01, 0.02, *(round(x, 2) for x in np.arange(0.05, 1.0, 0.05)), 0.
 def speedup_table(acc: np.ndarray, probs: np.ndarray | None, costs: CostModel, block_size: int = 4,
                   threshold: float = 0.5, rule: str = "block", max_gamma: int = 8, trim: bool = False) -> dict[str, float]:
     """Fixed gamma 1..max_gamma, the oracle and (with probs) Pacer at the given setting; with `trim` (expected_gain)
-    also Pacer trimming its stopped rounds (`pacer_trim`, `pacer_trim_mean_proposed`)."""
+    also Pacer with `trim_failed_block` (`pacer_trim`, `pacer_trim_mean_proposed`: the rule that may stop to trim)."""
     table = {f"fixed-{g}": speedup(acc, fixed_lengths(acc, g), costs) for g in range(1, max_gamma + 1)}
     lengths, hard = oracle_lengths(acc)
     table["oracle"] = speedup(hard, lengths, costs)
@@ -122,6 +124,7 @@ def speedup_table(acc: np.ndarray, probs: np.ndarray | None, costs: CostModel, b
         table["pacer"] = speedup(acc, lengths, costs, preverifier=True)
         table["pacer_mean_draft"] = float(lengths.mean())
         if trim and rule == "expected_gain":
+            lengths = pacer_lengths(probs, block_size, threshold, rule, costs=costs, trim=True)
             proposed = trimmed_lengths(probs, lengths, costs)
             table["pacer_trim"] = speedup(acc, lengths, costs, preverifier=True, proposed=proposed)
             table["pacer_trim_mean_proposed"] = float(proposed.mean())
