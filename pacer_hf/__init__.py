@@ -12,7 +12,7 @@ registry; nothing else.
 
 from transformers import AutoConfig, AutoModel
 
-from .attached import attach, default_lookup_gate
+from .attached import attach, default_lookup_gate, default_preverifier
 from .candidates import SuffixCache
 from .configuration_lookup_gate import PacerLookupGateConfig
 from .configuration_pacer import PacerConfig
@@ -72,6 +72,7 @@ __all__ = [
     "attach",
     "compile_draft",
     "default_lookup_gate",
+    "default_preverifier",
     "disable",
     "draft_features",
     "enable",

@@ -21,7 +21,7 @@ import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
 from ._hf_compat import bind_candidate_factory, check_supported, default_candidate_generator
-from .attached import attached_preverifier, default_lookup_gate, require_attached
+from .attached import attached_preverifier, default_lookup_gate, preverifier_for
 from .candidates.suffix import ScopedSuffixCache, as_scoped, refuse_cache
 from .costs import check_cost_mode
 from .generate_checks import (
@@ -221,15 +221,17 @@ def _resolve(model: PreTrainedModel, pacer: PacerArg, args: tuple, kwargs: dict,
     _check_tokenizers(kwargs)
     _check_pair(model, draft, kwargs)
     _check_inputs(model, args, kwargs)
-    preverifier = module
+    preverifier, source = module, None
     do_sample = bool(_generation_value(model, kwargs, "do_sample"))
-    if config.use_preverifier:
-        preverifier = preverifier or require_attached(draft, config, do_sample)
+    if config.use_preverifier:  # passed, else attached, else the default shipped in the package
+        preverifier, source = preverifier_for(draft, preverifier, do_sample)
         preverifier.check_draft(draft)
         _check_trim(preverifier, do_sample)
     else:
         preverifier = None
-    return build_call(config, StrategyContext(model, draft, preverifier, do_sample, draft_forward, costs=costs))
+    call = build_call(config, StrategyContext(model, draft, preverifier, do_sample, draft_forward, costs=costs))
+    call.stats.preverifier = source
+    return call
 
 
 def _resolve_lookup(model: PreTrainedModel, config: LookupConfig, module, args: tuple, kwargs: dict,

@@ -254,8 +254,12 @@ class PacerPreVerifier(PreTrainedModel):
         return PacerOutput(loss=loss, logits=logits, cache=present)
 
     def check_draft(self, draft_model: PreTrainedModel) -> None:
-        """Refuse a draft other than the one this pre-verifier reads (hidden size, architecture)."""
+        """Refuse a draft other than the one this pre-verifier reads (hidden size, architecture). One that reads
+        the draft's distribution features only (`input_mode="features"`) and records no `draft_signature` reads
+        what every causal LM gives, so it takes any draft (pacer_hf's default pre-verifier)."""
         config = self.config
+        if config.input_mode == "features" and not config.draft_signature:
+            return
         lm_head = draft_model.get_output_embeddings()
         hidden = int(lm_head.in_features) if lm_head is not None else None
         if hidden != config.draft_hidden_size:

@@ -13,7 +13,9 @@ class PacerStats:
     every round costs one target forward (the first one also reads the prompt). `loop` is the
     verification loop that ran: "lean" (pacer_hf's) or "transformers" (`_assisted_decoding`);
     `draft_forward` the draft's forward that ran: "lean" (`lean_draft.py`), "model" (its own
-    `forward`) or "compiled" (`compile_draft`). With batch > 1 the counters are the batch's totals
+    `forward`) or "compiled" (`compile_draft`). `preverifier` says which pre-verifier decided the rounds:
+    "passed" (`pacer=<pre-verifier>`), "attached" (`pacer_hf.attach`), "default" (the one shipped in the
+    package, for a draft with none), None when none did. With batch > 1 the counters are the batch's totals
     (a round is one target forward for every row; `new_tokens` excludes padding) and `rows[b]` holds
     row b's own rounds.
     """
@@ -28,6 +30,7 @@ class PacerStats:
     seconds: float = 0.0
     loop: str = "lean"
     draft_forward: str = "model"
+    preverifier: str | None = None
     rows: list[PacerStats] = field(default_factory=list)
 
     @property

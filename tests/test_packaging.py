@@ -63,6 +63,8 @@ def test_wheel_carries_the_demo_pair_and_card_templates(wheel):
                  "pacer_hf/hub_cards/qwen-coder-draft/cheap_draft.json",
                  "pacer_hf/hub_cards/qwen-coder-preverifier/model.safetensors",
                  "pacer_hf/hub_cards/qwen-coder-preverifier-sampling/model.safetensors",
+                 "pacer_hf/hub_cards/default-preverifier/model.safetensors",  # pacer=True for any draft
+                 "pacer_hf/hub_cards/default-preverifier/sampling/model.safetensors",
                  "pacer_hf/_paths.py", "pacer_hf/recipes/demo_pair.py"}
     assert expected <= names, sorted(expected - names)
     assert not any(name.startswith(("hub_cards/", "tests/", "docs/")) for name in names)

@@ -1,0 +1,126 @@
+"""The default pre-verifier shipped in the package (hub_cards/default-preverifier): what it reads, when generate
+uses it, that an attached or passed one still wins, and what `last_stats` says about it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import build_draft, build_model, make_preverifier, plain_greedy
+from helpers import prompt
+
+import pacer_hf
+from pacer_hf import attached
+from pacer_hf._paths import hub_cards_dir
+from pacer_hf.attached import DEFAULT_PREVERIFIER, DEFAULT_PREVERIFIER_SAMPLING, default_preverifier
+from pacer_hf.modeling_pacer import PacerPreVerifier
+
+SHIPPED = hub_cards_dir() / DEFAULT_PREVERIFIER
+
+
+@pytest.mark.parametrize("do_sample,decoding", [(False, "greedy"), (True, "sampling")])
+def test_shipped_default_reads_what_every_draft_gives(do_sample, decoding):
+    """Features and loop state only (no hidden-state input, no draft named), the expected-gain rule, one per
+    decoding mode, small enough to ship inside the package."""
+    pv = default_preverifier(do_sample)
+    config = pv.config
+    assert (config.input_mode, config.loop_features, config.decision_rule) == ("features", True, "expected_gain")
+    assert config.draft_signature is None and pv.hidden_proj is None and pv.loop_proj is not None
+    assert config.decoding == decoding
+    assert {"draft_cost", "verify_cost"} <= set(config.calibration)
+    folder = SHIPPED / DEFAULT_PREVERIFIER_SAMPLING if do_sample else SHIPPED
+    assert (folder / "model.safetensors").stat().st_size < 400_000
+    heldout = config.training["metrics"]["heldout_pairs"]
+    assert heldout and not set(heldout) & set(config.training["train_pairs"])
+    assert all(0.5 < m["auc"] <= 1.0 and 0.0 <= m["ece"] < 0.2 for m in heldout.values())
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen2"])
+@pytest.mark.parametrize("kind", ["noisy", "random"])
+def test_pacer_true_without_a_preverifier_uses_the_default(pair, arch, kind):
+    """Any draft (a perturbed copy, an unrelated narrower model: other hidden sizes) with none attached: the
+    default decides, the output is the target's own, and last_stats names it."""
+    target, draft = pair(arch, kind)
+    assert attached.attached_preverifier(draft, False) is None
+    ids = prompt(10, seed=3)
+    out = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=draft, pacer=True)
+    assert torch.equal(out, plain_greedy(target, ids, max_new_tokens=24))
+    stats = pacer_hf.last_stats(target)
+    assert stats.strategy == "pacer" and stats.preverifier == "default" and stats.draft_lengths
+    assert stats.to_dict()["preverifier"] == "default"
+
+
+def test_attached_or_passed_wins_over_the_default(pair):
+    target, draft = pair("llama", "noisy")
+    ids = prompt(10, seed=4)
+    reference = plain_greedy(target, ids, max_new_tokens=16)
+    passed = make_preverifier(draft, block_size=1, threshold=1.0, max_draft_tokens=5)  # stops after every token
+    out = target.generate(ids, max_new_tokens=16, do_sample=False, assistant_model=draft, pacer=passed)
+    assert torch.equal(out, reference) and pacer_hf.last_stats(target).preverifier == "passed"
+    assert max(pacer_hf.last_stats(target).draft_lengths) == 1
+    own = make_preverifier(draft, block_size=1, threshold=0.0, max_draft_tokens=5)  # never stops early
+    try:
+        pacer_hf.attach(draft, own)
+        out = target.generate(ids, max_new_tokens=16, do_sample=False, assistant_model=draft, pacer=True)
+        assert torch.equal(out, reference) and pacer_hf.last_stats(target).preverifier == "attached"
+        assert max(pacer_hf.last_stats(target).draft_lengths) == 5
+        out = target.generate(ids, max_new_tokens=16, do_sample=False, assistant_model=draft, pacer=passed)
+        assert pacer_hf.last_stats(target).preverifier == "passed"  # passed beats attached
+    finally:
+        attached.detach(draft)
+    target.generate(ids, max_new_tokens=8, do_sample=False, assistant_model=draft, pacer="sd-fixed-3")
+    assert pacer_hf.last_stats(target).preverifier is None  # no pre-verifier decided
+
+
+def test_batch_uses_the_default(pair):
+    """The batch loop gets the same pre-verifier: each row is its own greedy output, last_stats says default."""
+    target, draft = pair("llama", "noisy")
+    rows = [prompt(9, seed=5), prompt(9, seed=6)]
+    ids = torch.cat(rows)
+    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
+                          assistant_model=draft, pacer=True)
+    for row, single in zip(out, rows):
+        assert torch.equal(row[None], plain_greedy(target, single, max_new_tokens=16))
+    stats = pacer_hf.last_stats(target)
+    assert stats.preverifier == "default" and len(stats.rows) == 2
+
+
+def test_sampled_calls_take_the_sampling_default(pair, monkeypatch):
+    target, draft = pair("llama", "noisy")
+    asked = []
+
+    def spy(do_sample=False, device="cpu"):
+        asked.append(do_sample)
+        return default_preverifier(do_sample, device)
+
+    monkeypatch.setattr(attached, "default_preverifier", spy)
+    torch.manual_seed(0)
+    target.generate(prompt(8), max_new_tokens=12, do_sample=True, assistant_model=draft, pacer=True)
+    assert asked == [True] and pacer_hf.last_stats(target).preverifier == "default"
+    target.generate(prompt(8), max_new_tokens=12, do_sample=False, assistant_model=draft, pacer=True)
+    assert asked == [True, False]
+
+
+def test_any_hidden_size_but_a_named_draft_is_still_checked():
+    """check_draft: a features-only pre-verifier that names no draft takes drafts of any width; one that records
+    its draft's signature (or reads hidden states) still refuses another draft."""
+    pv = default_preverifier(False)
+    for hidden in (16, 48):
+        pv.check_draft(build_model("qwen2", hidden=hidden, layers=1))
+    target = build_model("llama")
+    named = make_preverifier(build_draft(target, "noisy"), input_mode="features")
+    with pytest.raises(ValueError, match="draft hidden size"):
+        named.check_draft(build_model("llama", hidden=48))
+
+
+def test_missing_or_wrong_default_is_a_clear_error(tmp_path, monkeypatch, pair):
+    target, draft = pair("llama", "noisy")
+    monkeypatch.setattr(attached, "hub_cards_dir", lambda: tmp_path)
+    attached._default_preverifier.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="default pre-verifier is not installed"):
+            target.generate(prompt(8), max_new_tokens=4, do_sample=False, assistant_model=draft, pacer=True)
+        PacerPreVerifier.from_draft(draft).save_pretrained(tmp_path / DEFAULT_PREVERIFIER)  # reads hidden states
+        with pytest.raises(ValueError, match="is not a default pre-verifier"):
+            target.generate(prompt(8), max_new_tokens=4, do_sample=False, assistant_model=draft, pacer=True)
+    finally:
+        attached._default_preverifier.cache_clear()
