@@ -63,7 +63,8 @@ def restrict_vocabulary(draft: nn.Module, token_ids: Iterable[int] | torch.Tenso
 
 def quantize_linears(draft: nn.Module, *, include_head: bool = False) -> nn.Module:
     """int8 weights, one scale per output channel, for every nn.Linear of `draft` (the head only with
-    `include_head`), through torch's dynamic quantization; in place, CPU only. Returns `draft`."""
+    `include_head`), through torch's dynamic quantization; in place, CPU only. Returns `draft`. Not torchao's
+    `quantize_`: on CPU its int8 draft step measured twelve times this one (docs/QWEN_CODER.md, the EPYC)."""
     if any(p.device.type != "cpu" for p in draft.parameters()):
         raise ValueError("quantize_linears works on CPU models only (torch's dynamic int8 kernels are CPU kernels).")
     head = draft.get_output_embeddings()
