@@ -15,6 +15,7 @@ from ..attached import DEFAULT_PREVERIFIER, DEFAULT_PREVERIFIER_SAMPLING
 from ..configuration_pacer import PacerConfig
 
 FIXED = ("sd-fixed-2", "sd-fixed-4", "sd-fixed-6", "sd-fixed-8")
+SUMMARY = "summary.json"  # beside the bench folders: what the card and docs/TRAINING.md quote
 CONDITIONS = "conditions.json"  # beside a bench folder's results: `uptime` before and after the run
 
 
@@ -52,7 +53,7 @@ def bench_summary(folder: Path) -> dict:
     return out
 
 
-def _bench_section(summary: dict, pair: str) -> str:
+def _bench_section(summary: dict, pair: str, source: Path) -> str:
     strategies, categories = summary["strategies"], summary["categories"]
     head = "| strategy | total s | vs target alone (total) | " + " | ".join(categories) + " | identical |"
     rows = [head, "|" + "---|" * (len(categories) + 4)]
@@ -61,8 +62,10 @@ def _bench_section(summary: dict, pair: str) -> str:
         rows.append(f"| {s} | {summary['total_seconds'][s]:.1f} | {summary['speedup_total_vs_ar'].get(s, 0):.3f} | "
                     f"{cats} | {'yes' if summary['identical'][s] else 'NO'} |")
     conditions = summary.get("conditions") or {}
-    lines = [f"Held-out pair: {pair}. Greedy, 1 torch thread, one interleaved run (`--runs 1`); per-category "
-             "columns are speedups vs the target alone (`ar`); total = the sum over every prompt.", "",
+    lines = [f"<!-- figures: {source.as_posix()} -->",
+             "Held out of training. Greedy, 1 torch thread, one interleaved run (`--runs 1`); per-category "
+             "columns are speedups vs the target alone (`ar`); total = the sum over every prompt "
+             f"({source.as_posix()}).", "",
              *rows, ""]
     if "pacer_vs_hf_confidence" in summary:
         lines.append(f"- Pacer with this pre-verifier, total time: **{summary['pacer_vs_hf_confidence']}x** HF's "
@@ -96,7 +99,13 @@ def _metrics_rows(training: dict) -> str:
     return "\n".join(rows) + note
 
 
-def write_card(folder: Path | None = None, bench: Path | None = None, bench_pair: str = "") -> Path:
+ANSWERS = ("the demo target's 160 greedy and 80 T = 1 answers, SmolLM2's 93 greedy and 32 T = 1 answers, at most "
+           "128 tokens each")
+
+
+def write_card(folder: Path | None = None, benches: list[tuple[Path, str]] = ()) -> Path:
+    """README.md of the default pre-verifier; `benches`: (`pacer-hf bench` folder, how the card names its held-out
+    pair), one section each."""
     folder = Path(folder) if folder else hub_cards_dir() / DEFAULT_PREVERIFIER
     greedy = PacerConfig.from_pretrained(folder)
     sampling_dir = folder / DEFAULT_PREVERIFIER_SAMPLING
@@ -105,8 +114,24 @@ def write_card(folder: Path | None = None, bench: Path | None = None, bench_pair
     pairs = "\n".join(f"  - `{p}`: {d}" for p, d in training["train_pairs"].items())
     rows = {m: cfg.training["metrics"]["train_rounds"] for m, cfg in (("greedy", greedy), ("sampling", sampling)) if cfg}
     data_rows = "; ".join(f"{m}: " + ", ".join(f"{p} {n}" for p, n in r.items()) for m, r in rows.items())
-    bench_text = _bench_section(bench_summary(Path(bench)), bench_pair) if bench else "Not measured yet."
+    summaries = {Path(bench).name: bench_summary(Path(bench)) for bench, _ in benches}
+    if benches:  # the figures below are read from this file (scripts/check_figures.py traces them there)
+        summary_path = Path(benches[0][0]).parent / SUMMARY
+        summary_path.write_text(json.dumps(summaries, indent=1) + "\n")
+    bench_text = "\n\n".join(f"### {pair}\n\n" + _bench_section(summaries[Path(bench).name], pair,
+                                                                   Path(bench).parent / SUMMARY)
+                             for bench, pair in benches) or "Not measured yet."
+    if any(summary["speedup_total_vs_ar"].get("pacer", 1.0) < 1.0 for summary in summaries.values()):
+        bench_text += ("\n\nWhere every speculative setting loses to the target alone (a draft that cannot pay), "
+                       "Pacer loses least but still loses: it decides after drafted tokens, so each round pays at "
+                       "least one draft step before the pre-verifier can stop it; falling back to plain steps needs "
+                       "a decision before a round drafts, which the drafting loop does not make yet.")
+    if benches:
+        bench_text += ("\n\nA layer-dropped draft of `recipes/default_preverifier_data.PAIRS` is written as a model "
+                       "folder for `--draft` by `python -m pacer_hf.recipes.default_preverifier_data --save-draft "
+                       "PAIR DIR` (here `demo-drop10` to `runs/default_pv/drafts/demo-drop10`).")
     calibration = greedy.calibration or {}
+    answers = ANSWERS
     text = f"""---
 library_name: pacer_hf
 tags: [speculative-decoding, pacer, pre-verifier]
@@ -130,10 +155,10 @@ It reads only what every draft gives, so it takes any draft of any hidden size o
 A causal layer ({greedy.hidden_size} wide) scores each of up to {greedy.max_draft_tokens} drafted tokens; the
 `expected_gain` rule drafts on while a longer round is expected to yield more tokens per unit of time under the
 round costs `generate` measures where it runs (a probe on first use, refined by the call's own rounds:
-`last_stats(target).costs`), so where the draft cannot pay it proposes little or nothing and the loop runs
-plain target steps. Decoding stays exact: the target verifies every drafted token. `config.calibration` holds
-the costs of a training pair on the training machine ({calibration.get('machine')}, {calibration.get('torch_threads')}
-thread), used only with `pacer_costs="prior"`.
+`last_stats(target).costs`), so it drafts only as far as the costs say pays (a round still drafts at least one
+token before the pre-verifier can stop it: see the measured speed below). Decoding stays exact: the target
+verifies every drafted token. `config.calibration` holds the costs of a training pair on the training machine
+({calibration.get('machine')}, {calibration.get('torch_threads')} thread), used only with `pacer_costs="prior"`.
 
     import pacer_hf
     target = pacer_hf.enable(target)
@@ -151,8 +176,12 @@ A pre-verifier fitted to the pair (hidden states included) does better where one
 - Rounds per pair (each pair capped at {training['rows_per_pair']} drawn at random): {data_rows}.
 - `transformers.Trainer` (`pacer_hf.training.train.PacerTrainer`, BCE), {training['epochs']} epochs, lr
   {training['lr']}, batch {training['batch_size']}, seed {training['seed']}.
-- Command: `OMP_NUM_THREADS=1 python -m pacer_hf.recipes.default_preverifier_data --work-dir runs/default_pv`
-  then `OMP_NUM_THREADS=1 python -m pacer_hf.recipes.default_preverifier --work-dir runs/default_pv`.
+- Commands (as run: {answers}):
+  `OMP_NUM_THREADS=1 python -m pacer_hf.recipes.default_preverifier_data --work-dir runs/default_pv` (stopped
+  during the SmolLM2 answers on the loaded machine), then `... --targets smollm2 --greedy-answers 64
+  --sampled-answers 32` (resumed: the answers already written are kept) and `... --targets demo --pairs
+  demo-drop10`; then `OMP_NUM_THREADS=1 python -m pacer_hf.recipes.default_preverifier --work-dir runs/default_pv
+  --epochs {training['epochs']:g}`.
 
 ## Held-out pairs
 
@@ -176,10 +205,11 @@ Greedy (`decoding="greedy"`):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folder", default=None, help="default: hub_cards/default-preverifier")
-    parser.add_argument("--bench", default=None, help="a `pacer-hf bench` folder of this pre-verifier")
-    parser.add_argument("--bench-pair", default="the demo pair (hub_cards/demo-target drafted by hub_cards/demo-draft)")
+    parser.add_argument("--bench", nargs=2, action="append", default=[], metavar=("FOLDER", "PAIR"),
+                        help="a `pacer-hf bench` folder of this pre-verifier and how the card names its pair "
+                             "(repeatable)")
     args = parser.parse_args(argv)
-    print(f"wrote {write_card(args.folder, args.bench, args.bench_pair)}")
+    print(f"wrote {write_card(args.folder, [(Path(f), pair) for f, pair in args.bench])}")
     return 0
 
 

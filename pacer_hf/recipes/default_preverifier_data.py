@@ -138,8 +138,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def save_draft(pair: str, out: Path) -> Path:
+    """Write a layer-dropped draft of `PAIRS` as a model folder (what `pacer-hf bench --draft` loads); an int8
+    draft is built in memory only (torch's dynamic int8 modules do not save as a transformers folder)."""
+    target_name, lever, argument = PAIRS[pair]
+    if lever != "drop":
+        raise ValueError(f"--save-draft {pair}: only layer-dropped drafts save as a folder; this one is {lever!r}.")
+    target, _, _, _ = load_target(target_name)
+    layer_dropped(target, argument).save_pretrained(out)
+    print(f"[data] wrote {out}", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--save-draft", nargs=2, metavar=("PAIR", "DIR"),
+                        help="only write PAIR's layer-dropped draft to DIR (for `pacer-hf bench --draft DIR`)")
     parser.add_argument("--work-dir", default="runs/default_pv")
     parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
     parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
@@ -149,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
     parser.add_argument("--seed", type=int, default=0)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    if args.save_draft:
+        save_draft(args.save_draft[0], Path(args.save_draft[1]))
+        return 0
+    return run(args)
 
 
 if __name__ == "__main__":
