@@ -57,7 +57,8 @@ def quick_costs(monkeypatch):
 def test_fit_from_folders_writes_a_card_and_decides_exactly(folders, tokenizer, tmp_path):
     target_dir, draft_dir = folders
     out = tmp_path / "pv"
-    pv = pacer_hf.fit_preverifier(str(target_dir), str(draft_dir), prompts=PROMPTS, output_dir=out, budget_s=60,
+    prompts = PROMPTS + [f"class Point{i}:\n    def __init__(self, x, y):\n" for i in range(18)]
+    pv = pacer_hf.fit_preverifier(str(target_dir), str(draft_dir), prompts=prompts, output_dir=out, budget_s=60,
                                   **SMALL)
     report = pv.fit_report
     assert pv.config.decision_rule == "expected_gain" and pv.config.decoding == "greedy"
@@ -71,7 +72,7 @@ def test_fit_from_folders_writes_a_card_and_decides_exactly(folders, tokenizer, 
     card = (out / "README.md").read_text()
     assert "held-out AUC" in card and "sd-fixed-4" in card and "expected_gain" in card
     metrics = json.loads((out / "pacer_metrics.json").read_text())
-    assert metrics["training"]["answers"] == len(PROMPTS) and metrics["evaluation"]["held-out AUC"] == report["auc"]
+    assert metrics["training"]["answers"] == len(prompts) and metrics["evaluation"]["held-out AUC"] == report["auc"]
     loaded = pacer_hf.load_preverifier(str(out))
     target = AutoModelForCausalLM.from_pretrained(target_dir).eval()
     draft = AutoModelForCausalLM.from_pretrained(draft_dir).eval()
@@ -105,7 +106,8 @@ def test_rerun_resumes_after_an_interruption_in_training(tiny, tokenizer, tmp_pa
         raise AssertionError("the answers stage had finished: a rerun must not generate again")
 
     monkeypatch.setattr(fit_module, "generate_answers", no_more_answers)
-    pv = pacer_hf.fit_preverifier(target, draft, tokenizer, prompts=PROMPTS, output_dir=out, speed_check=False, **SMALL)
+    pv = pacer_hf.fit_preverifier(target, draft, tokenizer, prompts=PROMPTS, output_dir=out, speed_check=False,
+                                  budget_s=120, **SMALL)  # a budget is not part of what a rerun must repeat
     assert pv.fit_report["training"]["resumed_from"].startswith("checkpoint-")
     assert (out / "fit-work" / "answers-greedy.jsonl").read_text() == answers
     assert (out / "model.safetensors").is_file() and "not measured" in (out / "README.md").read_text()
@@ -220,7 +222,7 @@ def test_cli_fits_both_decodings(folders, tmp_path, capsys):
     assert main(["fit", "--target", str(target_dir), "--draft", str(draft_dir), "--out", str(out), "--prompts",
                  str(prompts), "--decoding", "both", "--max-draft-tokens", "8", "--max-new-tokens", "16",
                  "--device", "cpu", "--budget-minutes", "2", "--no-progress"]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"decoding"')]
     assert [line["decoding"] for line in lines] == ["greedy", "sampling"]
     for mode in ("greedy", "sampling"):
         assert pacer_hf.load_preverifier(str(out / mode)).config.decoding == mode

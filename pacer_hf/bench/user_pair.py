@@ -42,8 +42,13 @@ def load_draft(path: str, dtype: str):
 
 
 def is_chat_model(args: argparse.Namespace) -> bool:
-    """Whether the user's target tokenizer has a chat template (then the chat categories are its default)."""
-    return getattr(tokenizer_of(args, args.target), "chat_template", None) is not None
+    """Whether the user's target tokenizer has a chat template (then the chat categories are its default). A
+    tokenizer that does not load says no here: loading the pair, after the argument checks, names the problem."""
+    try:
+        tokenizer = tokenizer_of(args, args.target)
+    except ValueError:
+        return False
+    return getattr(tokenizer, "chat_template", None) is not None
 
 
 def fitted_preverifiers(preverifier: str | None, sampling: str | None) -> tuple[str | None, str | None]:

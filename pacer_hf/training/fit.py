@@ -47,8 +47,9 @@ def fit_preverifier(target, draft, tokenizer=None, *, prompts=None, decoding: st
     `budget_s`: the whole call's wall-clock budget; the data is sized from measured speeds so that it ends near it
     (None: every prompt is answered). `device`: "auto", "cpu" or "cuda" (collection, training and calibration all
     run there); `dtype`: the dtype the pair serves in ("auto": bfloat16 on CUDA, float32 on CPU; None: as loaded).
-    `push_to_hub`: a repo id to publish to (with the card). `speed_check=False` skips timing the pre-verifier
-    against fixed γ and HF's schedule on held-out prompts (the card then says "not measured").
+    `push_to_hub`: a repo id to publish to (with the card; "both": `<repo>-greedy` and `<repo>-sampling`).
+    `speed_check=False` skips timing the pre-verifier against fixed γ and HF's schedule on held-out prompts (the
+    card then says "not measured").
     Rerunning with the same `output_dir` resumes.
     """
     started = time.perf_counter()
@@ -190,13 +191,14 @@ def _finish(preverifier, run, calibration, speed, answers, mode, seconds, names,
                                              "train_loss")},
                      "answers": len(answers), "answer tokens": tokens, "answers dtype": plan.state_dtype(mode)},
         "auc": calibration["auc"], "ece": calibration["ece"], "heldout_rounds": calibration["rounds"],
-        "simulated": {k: calibration["table"][k] for k in ("pacer", "oracle") if k in calibration["table"]},
+        "simulated": {f"simulated {name} vs target alone (report split)": calibration["table"][key]
+                      for key, name in (("pacer", "Pacer"), ("oracle", "oracle")) if key in calibration["table"]},
         "speed_check": speed, "stage_seconds": dict(seconds), "budget_s": budget_s,
         "total_seconds": round(time.perf_counter() - started, 1), "hardware": plan.hardware,
         "command": " ".join(shlex.quote(a) for a in sys.argv) if Path(sys.argv[0]).name == "pacer-hf" else None,
     }
     if speed:
-        report["simulated"].update(speed["summary"])
+        report["simulated"].update({f"measured {k.replace('_', ' ')}": v for k, v in speed["summary"].items()})
     preverifier.fit_report = report
     return with_card(preverifier, card_metrics(report))
 

@@ -208,14 +208,21 @@ class FitPlan:
         """What this mode's answers may take: its share of what is left, less the other stages' estimates."""
         if self.budget_s is None:
             return None
-        share = self._left() / (self.modes - self.done)
-        self.mode_end = time.perf_counter() + share
+        share = self._start_mode()
         rest = (TRAIN_SHARE + COLLECT_SHARE + MARGIN) * share + self.fixed_seconds()
         return max(share - rest, 0.05 * share)
+
+    def _start_mode(self) -> float:
+        """This mode's share of what is left of the budget; its end is kept for the later stages."""
+        share = self._left() / (self.modes - self.done)
+        self.mode_end = time.perf_counter() + share
+        return share
 
     def train_seconds(self) -> float | None:
         if self.budget_s is None:
             return None
+        if self.mode_end is None:  # a resumed fit whose answers were already done
+            self._start_mode()
         left = self.mode_end - time.perf_counter() - self.fixed_seconds() - MARGIN * self.budget_s / self.modes
         return max(min(left, 2 * TRAIN_SHARE * self.budget_s / self.modes), 5.0)
 
@@ -224,7 +231,7 @@ class FitPlan:
         return prompts[:count], tokens
 
     def finished(self, mode: str) -> None:
-        self.done += 1
+        self.done, self.mode_end = self.done + 1, None
 
     def state_dtype(self, mode: str) -> str | None:
         return self.dtypes.get(mode)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import TrainerCallback, TrainingArguments, set_seed
+from transformers import PrinterCallback, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
 from ..modeling_pacer import PacerPreVerifier
@@ -60,6 +60,7 @@ def train_with_checkpoints(train_traces: Path, eval_traces: Path, output_dir: Pa
     limit = TimeLimit(seconds)
     trainer = PacerTrainer(model=model, args=args, train_dataset=train_set, data_collator=TraceCollator(),
                            callbacks=[limit])
+    trainer.remove_callback(PrinterCallback)  # without progress bars it would print every log line to stdout
     last = get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
     started = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=last)
