@@ -124,3 +124,20 @@ def test_missing_or_wrong_default_is_a_clear_error(tmp_path, monkeypatch, pair):
             target.generate(prompt(8), max_new_tokens=4, do_sample=False, assistant_model=draft, pacer=True)
     finally:
         attached._default_preverifier.cache_clear()
+
+
+def test_default_keeps_the_sampling_distribution(sampling_pair):
+    """do_sample=True with none attached: the default's sampling twin decides, and the first two tokens follow
+    the target's own distribution (chi-square), drafts partly accepted. Round costs given, so the decisions do not
+    depend on this machine's timings."""
+    from helpers import exact_distributions, goodness_of_fit, sample_counts
+
+    target, draft = sampling_pair
+    assert attached.attached_preverifier(draft, True) is None
+    p1, p12 = exact_distributions(target)
+    costs = [1.0 + 0.1 * k for k in range(17)]  # a draft step costs little: rounds draft several tokens
+    first, joint, accepted = sample_counts(target, draft, True, seed=1, pacer_costs=costs)
+    assert pacer_hf.last_stats(target).preverifier == "default"
+    assert 0 < sum(accepted) < 2 * len(accepted), "drafts must be partly accepted for the test to mean much"
+    assert goodness_of_fit(first, p1) > 1e-3
+    assert goodness_of_fit(joint, p12) > 1e-3
