@@ -169,6 +169,12 @@ def test_bad_arguments_name_the_argument(tiny, tokenizer, kwargs, match):
         pacer_hf.fit_preverifier(target, draft, tokenizer, **{"prompts": PROMPTS, **kwargs})
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without CUDA gives")
+def test_cuda_without_a_gpu_is_refused(tiny, tokenizer):
+    with pytest.raises(ValueError, match="device='cuda', but torch sees no CUDA device"):
+        pacer_hf.fit_preverifier(*tiny, tokenizer, prompts=PROMPTS, device="cuda")
+
+
 def test_bad_models_and_output_folders_are_refused(tiny, tokenizer, tmp_path):
     target, draft = tiny
     with pytest.raises(ValueError, match="target= must be a causal LM"):

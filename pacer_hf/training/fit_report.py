@@ -111,14 +111,17 @@ def write_card(folder: Path, metrics: dict) -> None:
     (folder / "README.md").write_text(render_preverifier_card(folder, datasets=metrics.get("datasets")))
 
 
+def save_pretrained(self: PacerPreVerifier, save_directory, *args, **kwargs):
+    """`PacerPreVerifier.save_pretrained`, then the card and `pacer_metrics.json` beside the weights. Named like the
+    method it stands in for: pickle finds a bound method by its name (an unpickled copy saves without the card)."""
+    result = PacerPreVerifier.save_pretrained(self, save_directory, *args, **kwargs)
+    write_card(Path(save_directory), self.fit_metrics)
+    return result
+
+
 def with_card(preverifier: PacerPreVerifier, metrics: dict) -> PacerPreVerifier:
-    """Make this pre-verifier's `save_pretrained` also write its card (README.md) and `pacer_metrics.json`."""
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        result = PacerPreVerifier.save_pretrained(self, save_directory, *args, **kwargs)
-        write_card(Path(save_directory), self.fit_metrics)
-        return result
-
+    """Make this pre-verifier's `save_pretrained` also write its card (README.md) and `pacer_metrics.json` (bound
+    on this object only: what loads it back is a plain PacerPreVerifier, and the card stays in the folder)."""
     preverifier.fit_metrics = metrics
     preverifier.save_pretrained = types.MethodType(save_pretrained, preverifier)
     return preverifier
