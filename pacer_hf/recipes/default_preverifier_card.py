@@ -103,36 +103,30 @@ ANSWERS = ("the demo target's 160 greedy and 80 T = 1 answers, SmolLM2's 93 gree
            "128 tokens each")
 
 
-def write_card(folder: Path | None = None, benches: list[tuple[Path, str]] = ()) -> Path:
-    """README.md of the default pre-verifier; `benches`: (`pacer-hf bench` folder, how the card names its held-out
-    pair), one section each."""
-    folder = Path(folder) if folder else hub_cards_dir() / DEFAULT_PREVERIFIER
-    greedy = PacerConfig.from_pretrained(folder)
-    sampling_dir = folder / DEFAULT_PREVERIFIER_SAMPLING
-    sampling = PacerConfig.from_pretrained(sampling_dir) if (sampling_dir / "config.json").is_file() else None
-    training = greedy.training
-    pairs = "\n".join(f"  - `{p}`: {d}" for p, d in training["train_pairs"].items())
-    rows = {m: cfg.training["metrics"]["train_rounds"] for m, cfg in (("greedy", greedy), ("sampling", sampling)) if cfg}
-    data_rows = "; ".join(f"{m}: " + ", ".join(f"{p} {n}" for p, n in r.items()) for m, r in rows.items())
+def _bench_text(benches: list[tuple[Path, str]]) -> str:
+    """The measured-speed section; writes the summaries its figures quote beside the bench folders."""
     summaries = {Path(bench).name: bench_summary(Path(bench)) for bench, _ in benches}
     if benches:  # the figures below are read from this file (scripts/check_figures.py traces them there)
         summary_path = Path(benches[0][0]).parent / SUMMARY
         summary_path.write_text(json.dumps(summaries, indent=1) + "\n")
-    bench_text = "\n\n".join(f"### {pair}\n\n" + _bench_section(summaries[Path(bench).name], pair,
+    text = "\n\n".join(f"### {pair}\n\n" + _bench_section(summaries[Path(bench).name], pair,
                                                                    Path(bench).parent / SUMMARY)
                              for bench, pair in benches) or "Not measured yet."
     if any(summary["speedup_total_vs_ar"].get("pacer", 1.0) < 1.0 for summary in summaries.values()):
-        bench_text += ("\n\nWhere every speculative setting loses to the target alone (a draft that cannot pay), "
+        text += ("\n\nWhere every speculative setting loses to the target alone (a draft that cannot pay), "
                        "Pacer loses least but still loses: it decides after drafted tokens, so each round pays at "
                        "least one draft step before the pre-verifier can stop it; falling back to plain steps needs "
                        "a decision before a round drafts, which the drafting loop does not make yet.")
     if benches:
-        bench_text += ("\n\nA layer-dropped draft of `recipes/default_preverifier_data.PAIRS` is written as a model "
+        text += ("\n\nA layer-dropped draft of `recipes/default_preverifier_data.PAIRS` is written as a model "
                        "folder for `--draft` by `python -m pacer_hf.recipes.default_preverifier_data --save-draft "
                        "PAIR DIR` (here `demo-drop10` to `runs/default_pv/drafts/demo-drop10`).")
+    return text
+
+
+def _intro(greedy: PacerConfig) -> str:
     calibration = greedy.calibration or {}
-    answers = ANSWERS
-    text = f"""---
+    return f"""---
 library_name: pacer_hf
 tags: [speculative-decoding, pacer, pre-verifier]
 ---
@@ -167,7 +161,16 @@ verifies every drafted token. `config.calibration` holds the costs of a training
 
 A pre-verifier fitted to the pair (hidden states included) does better where one exists: see docs/TRAINING.md.
 
-## Training
+"""
+
+
+def _training_text(greedy: PacerConfig, sampling: PacerConfig | None) -> str:
+    training = greedy.training
+    pairs = "\n".join(f"  - `{p}`: {d}" for p, d in training["train_pairs"].items())
+    rows = {m: cfg.training["metrics"]["train_rounds"] for m, cfg in (("greedy", greedy), ("sampling", sampling)) if cfg}
+    data_rows = "; ".join(f"{m}: " + ", ".join(f"{p} {n}" for p, n in r.items()) for m, r in rows.items())
+    answers = ANSWERS
+    return f"""## Training
 
 - Rounds along each target's own answers to TRAIN-split prompts (`collect_along_answers`, teacher-forced,
   with the loop's state), greedy rounds with hard labels for `decoding="greedy"`, T = 1 rounds with soft labels
@@ -183,7 +186,19 @@ A pre-verifier fitted to the pair (hidden states included) does better where one
   demo-drop10`; then `OMP_NUM_THREADS=1 python -m pacer_hf.recipes.default_preverifier --work-dir runs/default_pv
   --epochs {training['epochs']:g}`.
 
-## Held-out pairs
+"""
+
+
+def write_card(folder: Path | None = None, benches: list[tuple[Path, str]] = ()) -> Path:
+    """README.md of the default pre-verifier; `benches`: (`pacer-hf bench` folder, how the card names its held-out
+    pair), one section each."""
+    folder = Path(folder) if folder else hub_cards_dir() / DEFAULT_PREVERIFIER
+    greedy = PacerConfig.from_pretrained(folder)
+    sampling_dir = folder / DEFAULT_PREVERIFIER_SAMPLING
+    sampling = PacerConfig.from_pretrained(sampling_dir) if (sampling_dir / "config.json").is_file() else None
+    training = greedy.training
+    bench_text = _bench_text(benches)
+    text = _intro(greedy) + _training_text(greedy, sampling) + f"""## Held-out pairs
 
 Greedy (`decoding="greedy"`):
 

@@ -254,9 +254,8 @@ class PacerPreVerifier(PreTrainedModel):
         return PacerOutput(loss=loss, logits=logits, cache=present)
 
     def check_draft(self, draft_model: PreTrainedModel) -> None:
-        """Refuse a draft other than the one this pre-verifier reads (hidden size, architecture). One that reads
-        the draft's distribution features only (`input_mode="features"`) and records no `draft_signature` reads
-        what every causal LM gives, so it takes any draft (pacer_hf's default pre-verifier)."""
+        """Refuse a draft other than the one this pre-verifier reads (hidden size, architecture); features only and
+        no `draft_signature` (the default pre-verifier) reads what every causal LM gives, so any draft passes."""
         config = self.config
         if config.input_mode == "features" and not config.draft_signature:
             return
