@@ -113,11 +113,17 @@ def test_rerun_resumes_after_an_interruption_in_training(tiny, tokenizer, tmp_pa
     assert (out / "model.safetensors").is_file() and "not measured" in (out / "README.md").read_text()
 
 
-def test_prompts_from_a_list_and_a_jsonl_file_agree(tokenizer, tmp_path):
+def test_prompts_from_a_list_a_jsonl_file_and_a_dataset_agree(tokenizer, tmp_path):
     path = tmp_path / "prompts.jsonl"
     path.write_text("".join(json.dumps({"text": p}) + "\n" for p in PROMPTS))
     from_file, from_list = build_prompts(tokenizer, str(path)), build_prompts(tokenizer, PROMPTS)
     assert from_file == from_list
+    import datasets  # a datasets dataset (saved here: a Hub name goes through datasets.load_dataset the same way)
+
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"request": PROMPTS})}).save_to_disk(tmp_path / "ds")
+    assert build_prompts(tokenizer, str(tmp_path / "ds"), column="request", split="train") == from_list
+    with pytest.raises(ValueError, match="split='test'"):
+        build_prompts(tokenizer, str(tmp_path / "ds"), column="request", split="test")
     assert [r["prompt"] for r in from_list if r["key"] == "user/3"] == [tokenizer(PROMPTS[3] + "\n\n")["input_ids"]]
     held = [r for r in from_list if r["heldout"]]
     assert 2 <= len(held) < len(from_list) and from_list[: len(held)] == held  # held-out first, for any budget
