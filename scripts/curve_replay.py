@@ -20,13 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pacer_hf.costs import CostModel
+from pacer_hf.costs import CostModel, cpu_name
 from pacer_hf.data.chat_prompts import chat_prompts
 from pacer_hf.pairs import load_pair
 from pacer_hf.training import simulate
@@ -124,7 +125,8 @@ def main() -> None:
         collect_along_answers(pair.draft, records, traces, max_draft_tokens=cap, teacher_forced=True, overwrite=True)
     probs, labels = predict_probs(pair.preverifier, prepare(load_traces(str(traces))))
     acc = simulate.acceptance_matrix(labels)
-    result = {"answers": [r["key"] for r in records], "rounds": len(acc), "cap": cap, "curves": {}}
+    result = {"command": " ".join(["OMP_NUM_THREADS=1", "python", *sys.argv]), "machine": cpu_name(),
+              "answers": [r["key"] for r in records], "rounds": len(acc), "cap": cap, "curves": {}}
     for path in args.curves:
         recorded = json.loads(Path(path).read_text())
         calibration = {**recorded["costs"], "preverifier_cost": recorded["costs"].get("preverifier_cost") or 0.0}
