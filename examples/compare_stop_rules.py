@@ -49,9 +49,13 @@ class ReferenceStop:
     """Ends a round at the first drafted token that differs from the target's known greedy continuation."""
 
     costs = None  # no cost model to feed
+    block_size = 1  # it decides after every token
 
     def __init__(self, trim: bool):
         self.trim_rejected, self.reference, self.position, self.drafted, self.trim = trim, [], 0, 0, 0
+
+    def drafts_this_round(self) -> bool:
+        return True
 
     def start_round(self) -> None:
         self.drafted, self.trim = 0, 0

@@ -32,8 +32,9 @@ T0=$(date +%s)
 : >"$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 
-# GPU_CHECK_STEPS picks steps (default all: "bench bench-t1 batch profile tests"), e.g. the benches alone on a second run.
-STEPS=" ${GPU_CHECK_STEPS:-bench bench-t1 batch profile tests} "
+# GPU_CHECK_STEPS picks steps (default "bench bench-t1 batch profile tests"; "fit fit-bench" on request: `pacer-hf fit`
+# on the device for the demo pair, then its pre-verifier in the bench), e.g. the benches alone on a second run.
+STEPS=" ${GPU_CHECK_STEPS:-bench bench-t1 batch profile tests} "  # also: fit fit-bench
 
 # step NAME SECONDS LOG CMD...: run CMD under a timeout, output appended to LOG; record its status and time.
 step() {
@@ -113,6 +114,18 @@ keep batch/batch.json batch/batch.md
 PROFILE=(--repeats 3 --max-new-tokens 96)
 [ "$DEVICE" = cuda ] || PROFILE=(--repeats 1 --max-new-tokens 12)
 step profile 70 "$OUT/profile.log" "$PY" scripts/gpu_profile_round.py --device "$DEVICE" "${PROFILE[@]}" --out "$OUT/profile.json"
+
+# 4b. `pacer-hf fit` on the device for the demo pair (a short budget), then the fitted pre-verifier in the bench
+if [ "$DEVICE" = cuda ]; then FIT=(--budget-minutes 2 --device cuda) FIT_SIZE=(--prompts 2 --runs 1 --max-new-tokens 96)
+else FIT=(--budget-minutes 1 --device cpu --threads 1) FIT_SIZE=(--prompts 1 --runs 1 --max-new-tokens 12 --threads 1); fi
+step fit 200 "$OUT/fit.log" "$PY" -m pacer_hf.cli fit --target hub_cards/demo-target --draft hub_cards/demo-draft \
+    --out "$WORK/fit" --no-progress "${FIT[@]}"
+if [ -f "$WORK/fit/config.json" ] || [ -d "$WORK/fit/greedy" ]; then
+    cp "$WORK/fit/README.md" "$OUT/fit_card.md" 2>/dev/null
+    step fit-bench 120 "$OUT/fit.log" "$PY" "${BENCH[@]}" --preverifier "$WORK/fit" \
+        --strategies "ar,sd-fixed-4,sd-fixed-8,$CONFIDENCE,pacer" --temperatures 0 "${FIT_SIZE[@]}" --out "$WORK/fit-bench"
+    keep fit-bench/results.json fit-bench/results.md
+fi
 
 # 5. the CUDA tests (skipped, not failed, without a CUDA device)
 step tests 210 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider -m cuda -rxXfE --durations=12 \

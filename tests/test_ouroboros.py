@@ -302,8 +302,8 @@ def test_registered_and_configurable(pair):
 def test_errors(pair):
     target, draft = pair("llama", "noisy")
     ids = repeating([1], 4)
-    with pytest.raises(ValueError, match="pacer_hf.attach"):
-        run(target, draft, ids, "pacer+ouroboros", max_new_tokens=4)
+    _, stats = run(target, draft, ids, "pacer+ouroboros", max_new_tokens=4)
+    assert stats.preverifier == "default"  # none attached: the package's default pre-verifier decides
     with attached(draft, trim_failed_block=True), pytest.raises(ValueError, match="trim_failed_block"):
         run(target, draft, ids, "pacer+ouroboros", max_new_tokens=4, do_sample=True)
     with pytest.raises(ValueError, match="phrase_length"):

@@ -176,3 +176,69 @@ def test_pacer_costs_errors_name_the_argument(targets):
         lookup(target, pacer_costs=[1.0, -1.0])
     with pytest.raises(ValueError, match="pacer_costs='prior'.*no cost table"):
         lookup(target, pacer_costs="prior")  # the default gate ships no training machine's table
+
+
+def _expected_gain_preverifier(draft, **overrides):
+    calibration = {"draft_cost": 0.1, "verify_cost": [1.0 + 0.1 * k for k in range(9)], "round_overhead": 0.1}
+    return make_preverifier(draft, decision_rule="expected_gain", calibration=calibration, block_size=1,
+                            max_draft_tokens=6, **overrides)
+
+
+@pytest.mark.parametrize(("kind", "per_token", "plain"), [("random", 0.6, True), ("random", 0.1, True),
+                                                         ("noisy", 0.1, False)])
+def test_a_draft_that_cannot_pay_falls_back_to_plain_steps(kind, per_token, plain):
+    """A draft the target rejects (random weights): after the first round the rule drafts nothing but a probe round
+    every PROBE_EVERY + 1, and the output is the target's own. A draft the target mostly accepts, where a drafted
+    token costs a tenth of a target step, keeps drafting every round."""
+    from pacer_hf.loops.stop_rule import PROBE_EVERY
+
+    target = pacer_hf.enable(build_model("llama"))
+    draft = build_draft(target, kind)
+    ids = torch.tensor([[5, 17, 33, 60, 5, 17, 33, 60]])
+    expected = plain_greedy(target, ids, max_new_tokens=40)
+    costs = [1.0 + per_token * k for k in range(7)]
+    out = target.generate(ids, max_new_tokens=40, do_sample=False, assistant_model=draft,
+                          pacer=_expected_gain_preverifier(draft), pacer_costs=costs)
+    assert torch.equal(out, expected)
+    lengths = pacer_hf.last_stats(target).draft_lengths[:-1]  # the last round's budget may be cut by max_new_tokens
+    if plain:
+        assert lengths[0] > 0, "the first round drafts: nothing is known of the draft yet"
+        drafting = [i for i, n in enumerate(lengths) if n > 0]
+        assert len(lengths) > 2 * len(drafting), lengths
+        assert all(b - a <= PROBE_EVERY + 1 for a, b in zip(drafting, drafting[1:])), lengths
+    else:
+        assert 0 not in lengths, lengths
+
+
+def test_plain_step_decision_is_the_best_expected_rate(monkeypatch):
+    """drafts_this_round drafts exactly when some length k, at the recent accepted share a (k tokens in a row, each
+    accepted with a), yields more tokens per second than a plain step: brute force over shares and cost tables."""
+    from pacer_hf.loops.stop_rule import PacerStopRule
+    from pacer_hf.stats import PacerStats
+
+    target = build_model("llama")
+    rule = PacerStopRule(_expected_gain_preverifier(build_draft(target, "noisy")), PacerStats("t"))
+    generator = np.random.default_rng(0)
+    for _ in range(200):
+        table = np.cumsum(generator.uniform(0.05, 1.5, 7)).tolist()
+        share = float(generator.uniform(0, 1))
+        rule.costs = RoundCosts(table, "given", online=False)
+        rule.acceptance, rule.skipped = share, 0
+        best = max((1 + sum(share ** i for i in range(1, k + 1))) / table[k] for k in range(1, 7))
+        assert rule.drafts_this_round() == (best > 1 / table[0])
+
+
+def test_acceptance_estimate_counts_the_tokens_tried():
+    """A round that drafted 4 and had 2 accepted tried 3 (the third was rejected, the fourth never judged): 2/3, not
+    the accepted share 2/4; a fully accepted round tried every token. Counts decay by 0.7 a round."""
+    from pacer_hf.loops.stop_rule import PacerStopRule
+    from pacer_hf.stats import PacerStats
+
+    rule = PacerStopRule(_expected_gain_preverifier(build_draft(build_model("llama"), "noisy")), PacerStats("t"))
+    scores = torch.zeros(96)
+    rule.end_round(2, 4, scores)
+    assert rule.acceptance == pytest.approx(2 / 3)
+    rule.end_round(4, 4, scores)
+    assert rule.acceptance == pytest.approx((0.7 * 2 + 4) / (0.7 * 3 + 4))
+    rule.end_round(3, 0, scores)  # a plain round tells nothing about the draft
+    assert rule.acceptance == pytest.approx((0.7 * 2 + 4) / (0.7 * 3 + 4))

@@ -284,13 +284,9 @@ class PacerPreVerifier(PreTrainedModel):
         now, under the calibrated cost model (`expected_gain_continues`). A stopped round's last block is
         sent whole (stop-only, exact under sampling) unless `trim_failed_block` (greedy only), which proposes
         a prefix of the drafted tokens instead: under "expected_gain" the one with the highest expected rate, the
-        drafting already paid (`best_prefix`: on a curve where a verify width costs a step more than the one
-        below, the token that would open it is dropped when it is unlikely to be accepted); under the threshold
-        rules the failed block up to its first token predicted below `trim_cutoff`. Plain Python on the host: no
-        device round trip. `costs` (expected_gain): the cost model measured where the call runs (`{"round_cost":
-        [...], "draft_cost": ...}`, see `costs/round_costs.py`); without it, `config.calibration` (the machine that
-        calibrated it).
-        """
+        drafting already paid (`best_prefix`); under the threshold rules the failed block up to its first token
+        below `trim_cutoff`. `costs` (expected_gain): `{"round_cost": [...], "draft_cost": ...}` measured where the call
+        runs; without them, `config.calibration`."""
         config = self.config
         values = token_logits.float().tolist() if isinstance(token_logits, torch.Tensor) else token_logits
         probs = [1.0 / (1.0 + math.exp(-min(max(x, -60.0), 60.0))) for x in values]
@@ -356,10 +352,8 @@ def best_prefix(probs: list[float], costs: dict) -> int:
 
 
 def stop_rate(probs: list[float], costs: dict) -> float:
-    """The best expected rate of stopping now and proposing a prefix of the `len(probs)` drafted tokens, none
-    included (greedy only: `trim_failed_block`), the drafting paid: what a trimming rule gives up by drafting on.
-    Why: where verifying one or two tokens costs two target steps (issue 54's AMD EPYC), a doubtful round is worth
-    ending with nothing proposed (a plain step) rather than drafting on to a cheaper width."""
+    """The best expected rate of stopping now with a prefix of the drafted tokens, none included (greedy only), the
+    drafting paid: where a narrow verify costs two steps, a doubtful round may be worth ending with a plain step."""
     time, n, tokens = calibrated_round_time(costs), len(probs), expected_tokens(probs)
     per_token = costs["draft_cost"] + costs.get("preverifier_cost", 0.0)
     return max(tokens[k] / (time(k) + (n - k) * per_token) for k in range(n + 1))
@@ -367,17 +361,12 @@ def stop_rate(probs: list[float], costs: dict) -> float:
 
 def expected_gain_continues(probs: list[float], block_size: int, max_tokens: int, costs: dict,
                             trim: bool = False) -> bool:
-    """Whether drafting more blocks is expected to pay, after `len(probs)` drafted tokens.
+    """Whether drafting more blocks is expected to pay, after `len(probs)` drafted tokens (`rows_continue` for one row).
 
-    `probs[i]`: predicted probability that token i is accepted given the tokens before it were. A round
-    of n drafted tokens yields 1 + sum_{i<=n} prod_{j<=i} probs[j] tokens (accepted + the target's own)
-    and costs `round_cost[n]` (measured inside generate), else n*draft_cost + verify_cost[n] +
-    round_overhead, plus preverifier_cost per drafted token scored, all in target steps (`costs`: a calibrated
-    pre-verifier's `config.calibration`). Tokens not drafted yet are predicted accepted with the mean
-    probability of the last block. Drafting continues when some longer round, up to `max_tokens`, has a
-    higher expected rate (tokens per unit of time) than stopping now: `rows_continue` for one row. With `trim`
-    (greedy only) stopping now proposes the best prefix, none included (`stop_rate`).
-    """
+    `probs[i]`: the chance token i is accepted given those before it were; a round of n drafted tokens yields
+    `expected_tokens(probs)[n]` in `calibrated_round_time(costs)(n)`; tokens not drafted yet are predicted accepted
+    with the last block's mean. Drafting continues while some longer round, up to `max_tokens`, has a higher expected
+    rate than stopping now; with `trim` (greedy only) stopping now proposes the best prefix, none included."""
     time = calibrated_round_time(costs)
     return rows_continue([probs], [True], block_size, max_tokens, time, stop_rate(probs, costs) if trim else None)
 

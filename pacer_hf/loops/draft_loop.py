@@ -91,6 +91,8 @@ class PacerCandidateGenerator(CandidateGenerator):
         block = self.stop.block_size if self.stop is not None else budget
         checked = 0  # drafted tokens already read back for the EOS check
         if self.stop is not None:
+            if interrupt is None and not self.stop.drafts_this_round():  # a plain step (PEARL's jobs always draft)
+                return 0, []
             self.stop.start_round()
         for n in range(1, budget + 1):
             hidden, raw = self.forward(pending, self.cache)

@@ -39,6 +39,8 @@ from ..stats import PacerStats
 from .block_scorer import BlockScorer, GraphBlockScorer
 from .draft_forwards import draft_step_timer
 
+PROBE_EVERY = 8  # a draft that is not expected to pay is still tried after this many plain rounds
+
 
 def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, target_scores: torch.Tensor) -> list[float]:
     """`loop_features` for the round after a verified one; `target_scores`: the target's scores where it chose its
@@ -83,6 +85,10 @@ class PacerStopRule:
         self.trim = 0
         self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
         self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
+        # a drafted token's chance of acceptance, given those before it were accepted, over recent rounds
+        self.acceptance: float | None = None
+        self.accepted = self.tried = 0.0  # their exponentially weighted counts
+        self.skipped = 0  # rounds in a row that drafted nothing
 
     @property
     def path(self) -> str:
@@ -94,6 +100,34 @@ class PacerStopRule:
         target's confidence in the last token it chose (`target_scores`: its scores at that position)."""
         if self.reads_loop:
             self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
+        if drafted > 0:  # a token is tried only after those before it were accepted: m successes, then a failure
+            accepted = min(accepted, drafted)
+            tried = accepted + (accepted < drafted)
+            self.tried = (0.7 * self.tried + tried) if self.acceptance is not None else tried
+            self.accepted = (0.7 * self.accepted + accepted) if self.acceptance is not None else accepted
+            self.acceptance = self.accepted / self.tried
+
+    def drafts_this_round(self) -> bool:
+        """Whether this round drafts at all. The pre-verifier decides once tokens are drafted, so a draft that cannot
+        pay would still cost one draft step and a wider verify every round; before drafting, the expected-gain rule
+        under measured costs asks whether any draft length, at the per-token acceptance of recent rounds, is expected
+        to beat a plain target step (k tokens accepted in a row, each with that chance), and a round that expects
+        none proposes nothing. Every `PROBE_EVERY`-th such round drafts anyway, so the estimate follows the text."""
+        if self.costs is None or self.acceptance is None or self.preverifier.config.decision_rule != "expected_gain":
+            return True
+        table, share = self.costs.seconds(), self.acceptance
+        tokens, alive = 1.0, 1.0
+        for k in range(1, len(table)):
+            alive *= share
+            tokens += alive
+            if tokens / table[k] > 1.0 / table[0]:
+                self.skipped = 0
+                return True
+        self.skipped += 1
+        if self.skipped > PROBE_EVERY:
+            self.skipped = 0
+            return True
+        return False
 
     def start_round(self) -> None:
         self.token_logits, self.trim = [], 0
