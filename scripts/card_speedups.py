@@ -20,6 +20,7 @@ import json
 import re
 from pathlib import Path
 
+from check_figures import report_rows  # this folder: one reader of a bench report page's tables
 from huggingface_hub import ModelCard
 
 from pacer_hf.bench.report import load_results
@@ -50,21 +51,14 @@ def report_results(page: Path) -> tuple[list[dict], str]:
     row, under "### <category>, greedy" or "### <category>, sampling T=<t>"."""
     text = page.read_text(encoding="utf-8")
     command = re.search(r"```\n(pacer-hf bench [^\n]*)\n```", text).group(1)
-    records, cell, columns = [], None, []
-    for line in text.splitlines():
-        heading = re.match(r"###\s+(.+?),\s+(greedy|sampling T=([\d.]+))\s*$", line)
-        if heading:
-            cell, columns = (heading.group(1), 0.0 if heading.group(2) == "greedy" else float(heading.group(3))), []
-        elif cell and line.startswith("|") and not columns:
-            columns = [c.strip() for c in line.strip().strip("|").split("|")]
-        elif cell and line.startswith("|") and not re.fullmatch(r"[\s:|-]+", line):
-            row = dict(zip(columns, (c.strip() for c in line.strip().strip("|").split("|"))))
-            speed, rate = row["speedup vs ar (min–max)"].split()[0], row["tokens/s (min–max)"].split()[0]
-            if re.fullmatch(r"[\d.]+", speed) and "(modelled)" not in row["speedup vs ar (min–max)"]:
-                mean = row.get("mean L", "–")
-                records.append({"strategy": row["strategy"], "category": cell[0], "temperature": cell[1],
-                                "speedup_vs_ar": float(speed), "tokens_per_s": float(rate),
-                                "mean_draft_len": float(mean) if re.fullmatch(r"[\d.]+", mean) else None})
+    records = []
+    for category, temperature, row in report_rows(text):
+        speed, rate = row["speedup vs ar (min–max)"].split()[0], row["tokens/s (min–max)"].split()[0]
+        if re.fullmatch(r"[\d.]+", speed) and "(modelled)" not in row["speedup vs ar (min–max)"]:
+            mean = row.get("mean L", "–")
+            records.append({"strategy": row["strategy"], "category": category, "temperature": temperature,
+                            "speedup_vs_ar": float(speed), "tokens_per_s": float(rate),
+                            "mean_draft_len": float(mean) if re.fullmatch(r"[\d.]+", mean) else None})
     return records, command
 
 

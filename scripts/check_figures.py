@@ -100,11 +100,11 @@ def _json_values(data, key: str = "") -> list[float]:
     return [float(data)] if key and isinstance(data, (int, float)) and not isinstance(data, bool) else []
 
 
-def _report_records(text: str) -> list[dict]:
-    """A bench report page (`pacer-hf bench`'s results.md, docs/BENCHMARKS.md): its per-cell tables as records, so
-    what the docs derive from the page can be checked like a `results.json`'s (sections "### <category>, greedy"
-    or "### <category>, sampling T=<t>", columns "strategy", "speedup vs ar ...", "vs best fixed")."""
-    records, cell, columns = [], None, []
+def report_rows(text: str) -> list[tuple[str, float, dict[str, str]]]:
+    """The per-cell table rows of a bench report page (`pacer-hf bench`'s results.md, docs/BENCHMARKS.md), as
+    (category, temperature, {column: cell}), from sections "### <category>, greedy" or "### <category>, sampling
+    T=<t>". card_speedups.py reads pages with it too."""
+    rows, cell, columns = [], None, []
     for line in text.splitlines():
         heading = re.match(r"###\s+(.+?),\s+(greedy|sampling T=([\d.]+))\s*$", line)
         if heading:
@@ -112,13 +112,21 @@ def _report_records(text: str) -> list[dict]:
         elif cell and line.startswith("|") and not columns:
             columns = [c.strip() for c in line.strip().strip("|").split("|")]
         elif cell and line.startswith("|") and not re.fullmatch(r"[\s:|-]+", line):
-            row = dict(zip(columns, (c.strip() for c in line.strip().strip("|").split("|"))))
-            speed = next((v for k, v in row.items() if k.startswith("speedup vs ar")), "")
-            best = row.get("vs best fixed", "")
-            if re.match(r"\d", speed):
-                records.append({"strategy": row.get("strategy"), "category": cell[0], "temperature": cell[1],
-                                "speedup_vs_ar": float(speed.split()[0]),
-                                "speedup_vs_best_fixed": float(best) if re.fullmatch(r"\d+(\.\d+)?", best) else None})
+            rows.append((*cell, dict(zip(columns, (c.strip() for c in line.strip().strip("|").split("|"))))))
+    return rows
+
+
+def _report_records(text: str) -> list[dict]:
+    """A bench report page's rows as records, so what the docs derive from the page can be checked like a
+    `results.json`'s (columns "strategy", "speedup vs ar ...", "vs best fixed")."""
+    records = []
+    for category, temperature, row in report_rows(text):
+        speed = next((v for k, v in row.items() if k.startswith("speedup vs ar")), "")
+        best = row.get("vs best fixed", "")
+        if re.match(r"\d", speed):
+            records.append({"strategy": row.get("strategy"), "category": category, "temperature": temperature,
+                            "speedup_vs_ar": float(speed.split()[0]),
+                            "speedup_vs_best_fixed": float(best) if re.fullmatch(r"\d+(\.\d+)?", best) else None})
     return records
 
 
