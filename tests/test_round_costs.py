@@ -223,22 +223,26 @@ def test_plain_step_decision_is_the_best_expected_rate(monkeypatch):
         table = np.cumsum(generator.uniform(0.05, 1.5, 7)).tolist()
         share = float(generator.uniform(0, 1))
         rule.costs = RoundCosts(table, "given", online=False)
-        rule.acceptance, rule.skipped = share, 0
+        rule.acceptance, rule.tried, rule.skipped = share, 10.0, 0
         best = max((1 + sum(share ** i for i in range(1, k + 1))) / table[k] for k in range(1, 7))
         assert rule.drafts_this_round() == (best > 1 / table[0])
 
 
 def test_acceptance_estimate_counts_the_tokens_tried():
-    """A round that drafted 4 and had 2 accepted tried 3 (the third was rejected, the fourth never judged): 2/3, not
-    the accepted share 2/4; a fully accepted round tried every token. Counts decay by 0.7 a round."""
-    from pacer_hf.loops.stop_rule import PacerStopRule
+    """A round that drafted 4 and had 2 accepted tried 3 (the third was rejected, the fourth never judged): 2 of 3,
+    not the accepted share 2 of 4, with one prior success and failure; counts decay by 0.9 a round; a plain round
+    tells nothing. Fewer than MIN_TRIED judged tokens never fall back to plain rounds."""
+    from pacer_hf.loops.stop_rule import MIN_TRIED, PacerStopRule
     from pacer_hf.stats import PacerStats
 
     rule = PacerStopRule(_expected_gain_preverifier(build_draft(build_model("llama"), "noisy")), PacerStats("t"))
+    rule.costs = RoundCosts([1.0 + 5.0 * k for k in range(7)], "given", online=False)  # drafting never pays
     scores = torch.zeros(96)
     rule.end_round(2, 4, scores)
-    assert rule.acceptance == pytest.approx(2 / 3)
+    assert rule.acceptance == pytest.approx((2 + 1) / (3 + 2))
+    assert rule.tried < MIN_TRIED and rule.drafts_this_round(), "one round is no evidence"
     rule.end_round(4, 4, scores)
-    assert rule.acceptance == pytest.approx((0.7 * 2 + 4) / (0.7 * 3 + 4))
-    rule.end_round(3, 0, scores)  # a plain round tells nothing about the draft
-    assert rule.acceptance == pytest.approx((0.7 * 2 + 4) / (0.7 * 3 + 4))
+    assert rule.acceptance == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
+    rule.end_round(3, 0, scores)
+    assert rule.acceptance == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
+    assert not rule.drafts_this_round()

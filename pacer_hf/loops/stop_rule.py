@@ -40,6 +40,7 @@ from .block_scorer import BlockScorer, GraphBlockScorer
 from .draft_forwards import draft_step_timer
 
 PROBE_EVERY = 8  # a draft that is not expected to pay is still tried after this many plain rounds
+MIN_TRIED = 4.0  # drafted tokens judged (decayed count) before the rule may fall back to plain rounds
 
 
 def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, target_scores: torch.Tensor) -> list[float]:
@@ -86,8 +87,8 @@ class PacerStopRule:
         self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
         self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
         # a drafted token's chance of acceptance, given those before it were accepted, over recent rounds
-        self.acceptance: float | None = None
-        self.accepted = self.tried = 0.0  # their exponentially weighted counts
+        self.acceptance = 0.5
+        self.accepted = self.tried = 0.0  # their counts, each round's weighing 0.9 of the one after it
         self.skipped = 0  # rounds in a row that drafted nothing
 
     @property
@@ -102,18 +103,18 @@ class PacerStopRule:
             self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
         if drafted > 0:  # a token is tried only after those before it were accepted: m successes, then a failure
             accepted = min(accepted, drafted)
-            tried = accepted + (accepted < drafted)
-            self.tried = (0.7 * self.tried + tried) if self.acceptance is not None else tried
-            self.accepted = (0.7 * self.accepted + accepted) if self.acceptance is not None else accepted
-            self.acceptance = self.accepted / self.tried
+            self.tried = 0.9 * self.tried + accepted + (accepted < drafted)
+            self.accepted = 0.9 * self.accepted + accepted
+            self.acceptance = (self.accepted + 1) / (self.tried + 2)  # one prior success and failure: no 0 or 1
 
     def drafts_this_round(self) -> bool:
         """Whether this round drafts at all. The pre-verifier decides once tokens are drafted, so a draft that cannot
         pay would still cost one draft step and a wider verify every round; before drafting, the expected-gain rule
         under measured costs asks whether any draft length, at the per-token acceptance of recent rounds, is expected
         to beat a plain target step (k tokens accepted in a row, each with that chance), and a round that expects
-        none proposes nothing. Every `PROBE_EVERY`-th such round drafts anyway, so the estimate follows the text."""
-        if self.costs is None or self.acceptance is None or self.preverifier.config.decision_rule != "expected_gain":
+        none proposes nothing. Not before `MIN_TRIED` drafted tokens were judged (one bad round is no evidence), and
+        every `PROBE_EVERY`-th such round drafts anyway, so the estimate follows the text."""
+        if self.costs is None or self.tried < MIN_TRIED or self.preverifier.config.decision_rule != "expected_gain":
             return True
         table, share = self.costs.seconds(), self.acceptance
         tokens, alive = 1.0, 1.0
