@@ -5,7 +5,7 @@ keys and values, and the round's acceptance logits are read back to the host onc
 compiled CPU scorer (`preverifier_kernel`) cannot run: a draft on an accelerator, and batches.
 
 - `BlockScorer`: the eager forward (any device).
-- `GraphBlockScorer`: CUDA. A block's work as eager torch is some sixty small kernels (the draft-distribution
+- `GraphBlockScorer`: CUDA. A block's work as eager torch is dozens of small kernels (the draft-distribution
   features of every token, then the layer), each a launch of a few microseconds: on a GPU whose target step is
   launch-bound that is a fifth of a round. Here each drafted token costs three copies into static buffers, and each
   block one replay of a CUDA graph captured per (rows, block index): features, layer and logits together. Rows
