@@ -56,7 +56,8 @@ class PacerCandidateGenerator(CandidateGenerator):
         start = time.perf_counter()
         cur_len = input_ids.shape[1]
         budget = min(self.max_draft_tokens, self.max_length - cur_len - 1)
-        n, processed = self._draft(input_ids, budget) if budget > 0 else (0, [])
+        drafts = budget > 0 and (self.stop is None or self.stop.drafts_this_round())  # else a plain step
+        n, processed = self._draft(input_ids, budget) if drafts else (0, [])
         # untimed: the first round (it also reads the prompt) and a trimmed one (it drafted more than it proposes)
         self.record.proposed(n, start if self.record.rounds > 0 and len(processed) == n else None)
         if n == 0:
@@ -91,8 +92,6 @@ class PacerCandidateGenerator(CandidateGenerator):
         block = self.stop.block_size if self.stop is not None else budget
         checked = 0  # drafted tokens already read back for the EOS check
         if self.stop is not None:
-            if interrupt is None and not self.stop.drafts_this_round():  # a plain step (PEARL's jobs always draft)
-                return 0, []
             self.stop.start_round()
         for n in range(1, budget + 1):
             hidden, raw = self.forward(pending, self.cache)
