@@ -117,12 +117,12 @@ def test_exact_in_the_batch_loop_and_pearl(pair):
 
 
 def _answers(target, n: int = 4, new_tokens: int = 20, top_k: int = 4, do_sample: bool = False) -> list[dict]:
-    from pacer_hf.recipes.smollm2_draft import generate_batch
+    from pacer_hf.training.fit_data import answer_batch
 
     prompts = [prompt(length=5 + i, seed=10 + i)[0].tolist() for i in range(n)]
     records = []
     for p in prompts:
-        (answer,) = generate_batch(target, [p], new_tokens, top_k, 0, set(), do_sample=do_sample)
+        (answer,) = answer_batch(target, [p], new_tokens, 0, set(), do_sample, top_k)
         records.append({"key": f"k{len(records)}", "prompt": p, **answer})
     return records
 

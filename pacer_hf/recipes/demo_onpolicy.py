@@ -176,8 +176,8 @@ def measure(target, draft, tokenizer, prompts: int = 40, new_tokens: int = 128, 
     of the draft along the target's own greedy path (teacher-forced), mean accepted draft tokens per round of
     fixed length `cap`, the decode step costs and c (interleaved rounds, lowest median)."""
     from ..data.prompts import humaneval_prompts
+    from ..training.fit_data import answer_batch
     from .demo_export import decode_costs, oracle_lengths
-    from .smollm2_draft import generate_batch
     from .smollm2_draft_train import agreement
 
     texts = humaneval_prompts(prompts)
@@ -185,7 +185,7 @@ def measure(target, draft, tokenizer, prompts: int = 40, new_tokens: int = 128, 
     eos = {tokenizer.eos_token_id}
     answers = []
     for i in range(0, len(ids), 8):
-        answers += generate_batch(target, ids[i:i + 8], new_tokens, 1, tokenizer.eos_token_id, eos)
+        answers += answer_batch(target, ids[i:i + 8], new_tokens, tokenizer.eos_token_id, eos, False, top_k=1)
     records = [{"prompt": p, **a} for p, a in zip(ids, answers) if a["response"]]
     timing = {k: round(v, 3) for k, v in decode_costs({"target": target, "draft": draft}).items()}
     return {"prompts": f"HumanEval/0..{prompts - 1}", "new_tokens": new_tokens,

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from .._hf_compat import eos_ids as _eos_ids
-from ..loops.batch_cache import left_padded
+from ..training.fit_data import answer_batch
 from .smollm2_draft_train import read_records
 
 RESPONSES = "responses.jsonl"
@@ -83,27 +83,6 @@ def batches(prompts: list[tuple[str, str, list[int]]], batch_size: int) -> list[
     return out
 
 
-@torch.no_grad()
-def generate_batch(target, prompts: list[list[int]], max_new_tokens: int, top_k: int, pad_id: int,
-                   eos_ids: set[int], do_sample: bool = False) -> list[dict]:
-    """Greedy (or T=1 sampled) answers for a batch of prompts (left-padded), with the top-k log-probs of
-    every step (of the raw logits: the T=1 distribution)."""
-    ids, mask = left_padded(prompts, pad_id, target.device)
-    width = ids.shape[1]
-    sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if do_sample else {"do_sample": False}
-    out = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, output_logits=True,
-                          return_dict_in_generate=True, pad_token_id=pad_id, **sampling)
-    steps = torch.stack(out.logits, 1).float().log_softmax(-1)  # (batch, steps, vocab)
-    values, indices = steps.topk(top_k, -1)
-    records = []
-    for row in range(len(prompts)):
-        response = out.sequences[row, width:].tolist()
-        end = next((i + 1 for i, t in enumerate(response) if t in eos_ids), len(response))
-        records.append({"response": response[:end], "top_ids": indices[row, :end].tolist(),
-                        "top_logp": [[round(v, 3) for v in vs] for vs in values[row, :end].tolist()]})
-    return records
-
-
 def stage_responses(target, tokenizer, prompts: list[tuple[str, str, list[int]]], work: Path, *,
                     max_new_tokens: int = 128, batch_size: int = 8, top_k: int = 16,
                     budget_s: float | None = None, progress: bool = True, do_sample: bool = False) -> Path:
@@ -133,8 +112,8 @@ def stage_responses(target, tokenizer, prompts: list[tuple[str, str, list[int]]]
                 break
             if do_sample:
                 torch.manual_seed(int(hashlib.sha1(batch[0][0].encode()).hexdigest(), 16) % (1 << 31))
-            for (key, category, ids), record in zip(batch, generate_batch(
-                    target, [b[2] for b in batch], max_new_tokens, top_k, pad_id, eos_ids, do_sample)):
+            for (key, category, ids), record in zip(batch, answer_batch(
+                    target, [b[2] for b in batch], max_new_tokens, pad_id, eos_ids, do_sample, top_k)):
                 handle.write(json.dumps({"key": key, "category": category, "heldout": is_heldout(key),
                                          "prompt": ids, **record}) + "\n")
                 tokens += len(record["response"])

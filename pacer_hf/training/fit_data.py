@@ -123,14 +123,14 @@ def fastest_dtype(model, prompts: list[list[int]], pad_id: int, candidates: tupl
 
 @torch.no_grad()
 def answer_batch(target, prompts: list[list[int]], max_new_tokens: int, pad_id: int, eos: set[int],
-                 do_sample: bool) -> list[dict]:
+                 do_sample: bool, top_k: int = TOP_K) -> list[dict]:
     """The target's greedy answers (or T = 1 samples) to a left-padded batch, with the top-k log-probabilities of
     every step (of the raw logits: the T = 1 distribution)."""
     ids, mask = left_padded(prompts, pad_id, target.device)
     sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if do_sample else {"do_sample": False}
     out = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, output_logits=True,
                           return_dict_in_generate=True, pad_token_id=pad_id, **sampling)
-    values, indices = torch.stack(out.logits, 1).float().log_softmax(-1).topk(TOP_K, -1)
+    values, indices = torch.stack(out.logits, 1).float().log_softmax(-1).topk(top_k, -1)
     records = []
     for row in range(len(prompts)):
         response = out.sequences[row, ids.shape[1]:].tolist()
