@@ -95,6 +95,31 @@ def test_line_policy_floor_never_decreases_past_a_measured_point():
     assert slope == 0.0 and at_three == pytest.approx(intercept) == pytest.approx(0.023 / 3)
 
 
+def test_line_policy_charges_tokens_past_a_busy_step_at_the_measured_rise():
+    """Flat at small x, steep at large x (a CPU engine: weight-bound alone, arithmetic-bound when busy): the line
+    through all medians is too flat for the top, so past the largest measured x the curve rises at the slope of
+    the measured points near it, never flat (tokens past a busy step are not free)."""
+    curve = CostCurve(fit="line", min_samples=3)
+    for x in range(1, 12):
+        for _ in range(8):
+            curve.observe(x, 0.010 + 0.0001 * x)
+    for _ in range(3):
+        curve.observe(30, 0.040)
+    table = curve.values(60)
+    _, line_slope = curve.params
+    rise = (0.040 - (0.010 + 0.0011)) / (30 - 11)
+    assert line_slope < 0.6 * rise  # the line, pulled down by the flat part
+    assert table[30] == pytest.approx(0.040) and table[40] - table[30] == pytest.approx(10 * rise)
+    assert table[20] == pytest.approx(0.0111 + 9 * rise), "between measured x: joined linearly"
+    steps = StepCosts()
+    for n in range(1, 12):
+        for _ in range(8):
+            steps.observe(n, 0.010 + 0.0001 * n)
+    for _ in range(3):
+        steps.observe(30, 0.040)
+    assert not steps.token_can_pay(30), "a sure token costs more than a busy step's tokens each"
+
+
 def test_line_policy_is_step_costs_and_batch_clock():
     """StepCosts and BatchClock's verify are the line policy: same observations, same curve; on exact line data
     BatchClock's verify seconds are the line it used to fit by running sums."""

@@ -13,10 +13,12 @@ observations per x (`observe`) and refines the base by one policy, `fit`:
              alone are no curve for a round). x = 0 is a round that proposes nothing, a plain step without the
              verification's per-round work: once it and the x >= 1 rounds each hold `min_samples` observations,
              the latter at two lengths or more, the fit runs over x >= 1 and cost(0) is its own median.
-- `"line"`:  a weighted least-squares line through the per-x medians (slope >= 0), the median itself at an x with
-             `min_samples` observations, and never below the median of a smaller such x (noise must not make more
-             tokens look cheaper). With one x measured, a prior line through it whose extra token costs
-             `explore_slope` of its per-token cost. Refitted when a new x is seen, when an x reaches `min_samples`,
+- `"line"`:  a weighted least-squares line through the per-x medians (slope >= 0); where x's with `min_samples`
+             observations exist, their medians (never below the median of a smaller such x: noise must not make
+             more tokens look cheaper), joined linearly, and past the largest of them a rise at the line's slope
+             or, if steeper, the slope of the measured points in the upper half of their range (`rising_slope`).
+             With one x measured, a prior line through it whose extra token costs `explore_slope` of its per-token
+             cost. Refitted when a new x is seen, when an x reaches `min_samples`,
              and every `refit_every` observations. The table extends on demand to any x.
 
 Before any refinement the base decides; with no base and nothing observed, cost(x) = x (one unit per token, flat
@@ -136,12 +138,15 @@ class CostCurve:
             intercept = float(medians[0]) - slope * int(xs[0])
         self.params = (intercept, slope)
         size = max(size, int(xs[-1]) + 1)
-        table = intercept + slope * np.arange(size, dtype=np.float64)
-        floor = np.full(size, -np.inf)
+        grid = np.arange(size, dtype=np.float64)
+        table = intercept + slope * grid
         trusted = counts >= self.min_samples
-        table[xs[trusted]] = floor[xs[trusted]] = medians[trusted]
-        # non-decreasing from the trusted points on: never cheaper than a smaller measured x
-        return np.maximum(np.maximum(table, np.maximum.accumulate(floor)), 1e-9)
+        if trusted.any():
+            known, cost = xs[trusted], np.maximum.accumulate(medians[trusted])  # never cheaper than a smaller x
+            table[: known[0]] = np.minimum(table[: known[0]], cost[0])
+            table[known[0]: known[-1] + 1] = np.interp(grid[known[0]: known[-1] + 1], known, cost)
+            table[known[-1] + 1:] = cost[-1] + rising_slope(known, cost, slope) * (grid[known[-1] + 1:] - known[-1])
+        return np.maximum(table, 1e-9)
 
     def at(self, x):
         """cost(x) for an int (a float back) or an array of them, extrapolated linearly past the table."""
@@ -179,6 +184,19 @@ def fit_scale(base: np.ndarray, medians: np.ndarray, counts: np.ndarray) -> tupl
         if scale > 0 and offset >= 0:
             return float(scale), float(offset)
     return float((counts * medians * base).sum() / (counts * base * base).sum()), 0.0
+
+
+def rising_slope(known: np.ndarray, cost: np.ndarray, slope: float) -> float:
+    """What each x past the largest measured one adds: the line's slope, or the slope of the measured points in the
+    upper half of the measured range (the two largest at least) where that is steeper. A curve flat at small x (a
+    forward bound by reading weights) and steep at large x (bound by arithmetic) gives a line too flat for its top;
+    charging the next x the line's slope, or nothing, would make tokens past a busy step look almost free."""
+    if len(known) < 2:
+        return slope
+    upper = known >= min(known[-1] / 2, known[-2])  # the upper half, and the two largest at least
+    x, y = known[upper].astype(np.float64), cost[upper]
+    local = float(np.sum((x - x.mean()) * (y - y.mean())) / np.sum((x - x.mean()) ** 2))
+    return max(slope, local)
 
 
 def extrapolate(table, x) -> np.ndarray:

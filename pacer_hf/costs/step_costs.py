@@ -7,10 +7,12 @@ while the forward is bound by reading weights (a GPU at small batches), steep on
 arithmetic (a CPU, or a busy GPU). The proposer times the interval between two of its own calls (the
 rest of the step: scheduling, the forward, sampling and rejection) and files it under the step's N.
 
-`seconds(N)`: the median of the last `WINDOW` steps of that N once it has `MIN_SAMPLES`, else a line
-fitted to the medians of the measured N (until two N are measured, a prior that makes each extra token
-cost `EXPLORE_SLOPE` of a step's per-token time, so that drafting starts and the curve gets measured),
-never below the median of a smaller measured N (noise must not make more tokens look cheaper). The
+`seconds(N)`: the median of the last `WINDOW` steps of that N once it has `MIN_SAMPLES`, joined linearly
+between such N and never below the median of a smaller one (noise must not make more tokens look cheaper);
+past the largest, rising at the slope of the measured N near it (a busy CPU step is arithmetic-bound: a
+line fitted mostly to lone requests' steps would make its extra tokens look almost free); elsewhere a line
+fitted to the medians (until two N are measured, a prior that makes each extra token cost `EXPLORE_SLOPE`
+of a step's per-token time, so that drafting starts and the curve gets measured). The
 curve is a cached array, refitted when a new N is measured and every `REFIT_EVERY` steps: `CostCurve`'s "line"
 policy (costs/curve.py), which the batched loop's verify clock (`BatchClock`) uses too.
 """
