@@ -83,6 +83,7 @@ class PacerStopRule:
             self.scorer = None
         self.blocks = block_scorer(self.preverifier, draft_device)  # where `scorer` is None
         self.token_logits: list[float] = []  # acceptance logits of every token drafted this round
+        self.round_costs: dict | None = None  # `costs_now()` as the round started
         self.trim = 0
         self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
         self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
@@ -132,6 +133,7 @@ class PacerStopRule:
 
     def start_round(self) -> None:
         self.token_logits, self.trim = [], 0
+        self.round_costs = self.costs_now()  # the costs change only when a round's verdict is observed
         if self.scorer is not None:
             self.scorer.start(self.loop)
         else:
@@ -161,7 +163,7 @@ class PacerStopRule:
                 self.token_logits = scored[0]
         stop = False
         if done:
-            stop, self.trim = self.preverifier.decide(self.token_logits, self.costs_now())
+            stop, self.trim = self.preverifier.decide(self.token_logits, self.round_costs)
         self.stats.preverifier_seconds += self._seconds(start)
         return stop
 
