@@ -176,6 +176,9 @@ def test_proposer_drafts_are_lookup_prefixes_and_pay_on_repetitive_text():
     stats = proposer.stats
     assert stats.proposed > 40 and stats.accepted / stats.proposed > 0.8  # a repeated phrase: long accepted drafts
     assert proposer.calibration.labels > 0
+    assert sum(stats.proposed_by_batch.values()) == stats.proposed
+    assert sum(stats.accepted_by_batch.values()) == stats.accepted and set(stats.accepted_by_batch) <= set(
+        stats.proposed_by_batch), "acceptances are filed under the batch size the drafts were proposed at"
 
 
 def test_proposer_follows_rows_that_move_and_skips_rows_in_prefill():

@@ -48,6 +48,7 @@ STATS_EVERY = 64  # steps between stats-file writes (and one at exit)
 class _Row:
     prompt_length: int
     proposed: int = 0  # drafts proposed for this row at the last step
+    batch: int = 0  # decoding rows of that step
     logits: np.ndarray | None = None  # the gate's log-odds of those drafts (for the calibration's labels)
     text: np.ndarray | None = None  # the row's text (with the suffix cache: added to it when the row leaves)
 
@@ -61,11 +62,13 @@ class ProposerStats:
     propose_seconds: float = 0.0
     timed_steps: int = 0
     step_seconds: float = 0.0
-    proposed_by_batch: dict = field(default_factory=dict)
+    proposed_by_batch: dict = field(default_factory=dict)  # decoding rows of a step -> drafts proposed in it
+    accepted_by_batch: dict = field(default_factory=dict)  # -> those of them the target accepted
 
     def as_dict(self, costs: StepCosts, calibration: OnlineCalibration) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k != "proposed_by_batch"}
-        out["proposed_by_batch"] = {str(k): v for k, v in sorted(self.proposed_by_batch.items())}
+        out = {k: v for k, v in self.__dict__.items() if not k.endswith("_by_batch")}
+        for name in ("proposed_by_batch", "accepted_by_batch"):
+            out[name] = {str(k): v for k, v in sorted(getattr(self, name).items())}
         out["acceptance"] = self.accepted / self.proposed if self.proposed else None
         out["proposer_share_of_step"] = (self.propose_seconds / self.steps) / (self.step_seconds / self.timed_steps) \
             if self.steps and self.timed_steps else None
@@ -146,6 +149,7 @@ class PacerLookupProposer:
             elif before.proposed:
                 accepted = min(len(sampled) - 1, before.proposed)
                 self.stats.accepted += accepted
+                self.stats.accepted_by_batch[before.batch] = self.stats.accepted_by_batch.get(before.batch, 0) + accepted
                 self.calibration.update(before.logits, accepted)
             if self.suffix_cache is not None:
                 self._rows.pop((head, n - len(sampled), int(text[n - len(sampled) - 1])), None)
@@ -177,7 +181,7 @@ class PacerLookupProposer:
         for i, (k, entry) in enumerate(zip(counts.tolist(), rows)):
             drafts.append(gate.tokens[i, :k].tolist() if k else [])
             if entry is not None and k:
-                entry[1].proposed, entry[1].logits = k, gate.logits[i, :k].copy()
+                entry[1].proposed, entry[1].logits, entry[1].batch = k, gate.logits[i, :k].copy(), decoding
         self._rows = dict(entry for entry in rows if entry is not None)
         self._pending_tokens = decoding + proposed if clean else None
         stats = self.stats
