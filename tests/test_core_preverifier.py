@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from conftest import make_preverifier, plain_greedy
@@ -205,6 +206,49 @@ def test_stopping_criteria_decisions_equal_deciding_on_the_full_rerun(pair, scor
             else:
                 assert not stopped
     assert seen == 12
+
+
+def test_compiled_rule_equals_the_expected_gain_rule():
+    """The CPU loop's compiled expected-gain rule (stop-only, measured round costs) answers what
+    `expected_gain_continues` answers: random logits, block sizes 1-3, round tables shorter than the round
+    (extrapolated) and stepped ones; then inside `PacerStopRule`, against `decide` on the round's logits."""
+    from pacer_hf.costs.round_costs import RoundCosts
+    from pacer_hf.loops.preverifier_kernel import _continues
+    from pacer_hf.loops.stop_rule import PacerStopRule
+    from pacer_hf.modeling_pacer import expected_gain_continues
+    from pacer_hf.stats import PacerStats
+
+    rng = np.random.default_rng(0)
+    answers = []
+    for _ in range(3000):
+        block, cap, n = int(rng.integers(1, 4)), int(rng.integers(4, 25)), 0
+        n = int(rng.integers(1, cap + 1))
+        logits = rng.normal(rng.uniform(-1, 4), rng.uniform(0.1, 4), n)
+        table = 1.0 + np.cumsum(rng.uniform(0.0, 0.6, int(rng.integers(2, 30))))
+        table[rng.integers(0, len(table), 3)] += rng.uniform(0, 1.5, 3)  # a stepped curve: dear widths
+        probs = [1.0 / (1.0 + math.exp(-min(max(x, -60.0), 60.0))) for x in logits.tolist()]
+        expected = expected_gain_continues(probs, block, cap, {"round_cost": table.tolist(), "draft_cost": 0.1})
+        assert _continues(logits, n, block, cap, table) == expected, (block, cap, n)
+        answers.append(expected)
+    assert 0.2 < np.mean(answers) < 0.8, "both answers exercised"
+    torch.manual_seed(0)
+    for block in (1, 2):
+        pv = PacerPreVerifier(PacerConfig(draft_hidden_size=16, max_draft_tokens=12, block_size=block,
+                                          decision_rule="expected_gain", calibration=COSTS, initializer_range=0.5)).eval()
+        stop = PacerStopRule(pv, PacerStats(strategy="pacer"), RoundCosts([1.0, 1.9, 2.0, 2.9, 3.0, 3.1, 4.5], "given"))
+        assert stop.compiled_rule
+        decided = 0
+        for _ in range(20):
+            stop.start_round()
+            for i in range(12):
+                logits = torch.randn(1, 64) * 4
+                stopped = stop.add_token(torch.randn(1, 16) * 2, logits, logits.argmax(-1, keepdim=True))
+                if (i + 1) % block == 0:
+                    assert (stopped, stop.trim) == pv.decide(list(stop.token_logits), stop.round_costs)
+                    decided += 1
+                if stopped:
+                    break
+        assert decided >= 20
 
 
 COSTS = {"draft_cost": 0.1, "verify_cost": [1.0 + 0.05 * k for k in range(17)], "round_overhead": 0.1,

@@ -143,6 +143,38 @@ def _score(logits, mantissas, exponents, token, hidden, row, hidden_w, hidden_b,
     return (_normalized(x, eps[2]) * head_w).sum() + head_b
 
 
+@compiled()
+def _round_cost(table, k):
+    """`modeling_pacer.round_cost`: table[k], extended linearly past its end."""
+    last = table.shape[0] - 1
+    if k <= last:
+        return table[k]
+    return table[last] + (table[last] - table[last - 1] if last > 0 else 0.0) * (k - last)
+
+
+@compiled()
+def _continues(logits, n, block_size, max_tokens, table):
+    """`modeling_pacer.expected_gain_continues` for one row under measured round costs `table` (seconds per k drafted
+    tokens, no pre-verifier term), from the acceptance logits of the n tokens drafted so far: the same arithmetic in
+    the same order, without the Python calls that made it most of the rule's time per token."""
+    tokens, survival, future = 1.0, 1.0, 0.0
+    for i in range(n):
+        p = 1.0 / (1.0 + math.exp(-min(max(logits[i], -60.0), 60.0)))
+        survival *= p
+        tokens += survival
+        if i >= n - block_size:
+            future += p
+    future /= max(min(block_size, n), 1)
+    rate_now = tokens / _round_cost(table, n)
+    for extra in range(1, (max_tokens - n) // block_size + 1):
+        for _ in range(block_size):
+            survival *= future
+            tokens += survival
+        if tokens / _round_cost(table, n + extra * block_size) > rate_now:
+            return True
+    return False
+
+
 def round_scorer(model: PacerPreVerifier) -> CompiledRoundScorer | None:
     """The compiled scorer of `model`'s current weights when it runs on CPU; None elsewhere (the torch forward)."""
     return CompiledRoundScorer(model) if model.device.type == "cpu" else None
@@ -176,6 +208,7 @@ class CompiledRoundScorer:
         self.eps = np.array([model.layer.attn_norm.eps, model.layer.mlp_norm.eps, model.norm.eps], dtype=np.float32)
         self.features = np.zeros(3, dtype=np.float32)
         self.mantissas, self.exponents = np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int32)
+        self.logits = np.zeros(self.max_tokens, dtype=np.float64)  # the round's acceptance logits so far
         self.loop_rows = np.empty_like(self.position)
         width = config.hidden_size
         self.keys = np.zeros((self.num_heads, self.max_tokens, width // self.num_heads), dtype=np.float32)
@@ -200,10 +233,16 @@ class CompiledRoundScorer:
         if self.mantissas.shape[0] != logits.shape[0]:  # scratch for the features' pass over the vocabulary
             self.mantissas = np.empty(logits.shape[0], dtype=np.float32)
             self.exponents = np.empty(logits.shape[0], dtype=np.int32)
-        return float(_score(
+        self.logits[n] = _score(
             logits, self.mantissas, self.exponents, token, _array(hidden), self.rows[n], *self.hidden_proj,
             *self.feature_proj, *self.qkv, *self.out, *self.mlp_in, *self.mlp_out, *self.head, self.eps, self.keys,
-            self.values, n, self.scale, self.features))
+            self.values, n, self.scale, self.features)
+        return float(self.logits[n])
+
+    def continues(self, round_seconds: np.ndarray, block_size: int) -> bool:
+        """The expected-gain rule (stop-only) on the round scored so far, under measured round costs (seconds for
+        k = 0, 1, ... drafted tokens): what `PacerPreVerifier.decide` answers for them, compiled."""
+        return bool(_continues(self.logits, self.length, block_size, self.max_tokens, round_seconds))
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:

@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
@@ -84,6 +85,11 @@ class PacerStopRule:
         self.blocks = block_scorer(self.preverifier, draft_device)  # where `scorer` is None
         self.token_logits: list[float] = []  # acceptance logits of every token drafted this round
         self.round_costs: dict | None = None  # `costs_now()` as the round started
+        config = preverifier.config
+        # the stop-only expected-gain rule under measured costs, compiled beside the scorer (`decide` otherwise)
+        self.compiled_rule = (self.scorer is not None and config.decision_rule == "expected_gain"
+                              and not config.trim_failed_block)
+        self.round_seconds: np.ndarray | None = None
         self.trim = 0
         self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
         self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
@@ -134,6 +140,8 @@ class PacerStopRule:
     def start_round(self) -> None:
         self.token_logits, self.trim = [], 0
         self.round_costs = self.costs_now()  # the costs change only when a round's verdict is observed
+        if self.compiled_rule and self.round_costs is not None:
+            self.round_seconds = np.asarray(self.round_costs["round_cost"], dtype=np.float64)
         if self.scorer is not None:
             self.scorer.start(self.loop)
         else:
@@ -162,7 +170,9 @@ class PacerStopRule:
             if done:
                 self.token_logits = scored[0]
         stop = False
-        if done:
+        if done and self.compiled_rule and self.round_costs is not None:
+            stop = not self.scorer.continues(self.round_seconds, self.block_size)
+        elif done:
             stop, self.trim = self.preverifier.decide(self.token_logits, self.round_costs)
         self.stats.preverifier_seconds += self._seconds(start)
         return stop
