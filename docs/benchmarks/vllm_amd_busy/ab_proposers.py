@@ -1,5 +1,6 @@
-"""A/B helper (not part of the repository): PacerLookupProposer with the step-cost curve as it was before fe15502
-(past a measured N, flat at its median until the global line crosses it)."""
+"""A/B proposers for the busy-engine runs: PacerLookupProposer with the step-cost curve as it was before fe15502
+(past a measured N, flat at its median until the fitted line crosses it; the runs used a verbatim copy of the old
+method, this is the same computation on top of the current line fit), and a proposer that proposes nothing."""
 import numpy as np
 
 from pacer_hf.costs.step_costs import StepCosts
@@ -8,21 +9,14 @@ from pacer_hf.vllm.proposer import PacerLookupProposer
 
 class OldCurve(StepCosts):
     def _fit_line(self, size):
+        super()._fit_line(size)  # sets self.params: the same weighted line (intercept, slope) as before the change
+        intercept, slope = self.params
         xs, medians, counts = self.medians()
-        if len(xs) >= 2:
-            mean_x, mean_y = np.average(xs, weights=counts), np.average(medians, weights=counts)
-            slope = max(float(np.sum(counts * (xs - mean_x) * (medians - mean_y))
-                              / np.sum(counts * (xs - mean_x) ** 2)), 0.0)
-            intercept = float(mean_y - slope * mean_x)
-        else:
-            slope = self.explore_slope * float(medians[0]) / max(int(xs[0]), 1)
-            intercept = float(medians[0]) - slope * int(xs[0])
-        self.params = (intercept, slope)
         size = max(size, int(xs[-1]) + 1)
         table = intercept + slope * np.arange(size, dtype=np.float64)
         floor = np.full(size, -np.inf)
         trusted = counts >= self.min_samples
-        table[xs[trusted]] = floor[xs[trusted]] = medians[trusted]
+        table[xs[trusted]] = floor[xs[trusted]] = medians[trusted]  # measured sizes; flat after them
         return np.maximum(np.maximum(table, np.maximum.accumulate(floor)), 1e-9)
 
 
