@@ -115,8 +115,9 @@ def _bench_text(benches: list[tuple[Path, str]]) -> str:
     if any(summary["speedup_total_vs_ar"].get("pacer", 1.0) < 1.0 for summary in summaries.values()):
         text += ("\n\nWhere every speculative setting loses to the target alone (a draft that cannot pay), "
                        "Pacer loses least but still loses: it decides after drafted tokens, so each round pays at "
-                       "least one draft step before the pre-verifier can stop it; falling back to plain steps needs "
-                       "a decision before a round drafts, which the drafting loop does not make yet.")
+                       "least one draft step before the pre-verifier can stop it. These runs predate the rule's "
+                       "rounds that draft nothing (`PacerStopRule.drafts_this_round`, a decision before a round "
+                       "drafts); docs/benchmarks/default_preverifier/plain_fallback measures the same pair with them.")
     if benches:
         text += ("\n\nA layer-dropped draft of `recipes/default_preverifier_data.PAIRS` is written as a model "
                        "folder for `--draft` by `python -m pacer_hf.recipes.default_preverifier_data --save-draft "
