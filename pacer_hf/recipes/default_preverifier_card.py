@@ -76,9 +76,10 @@ def _bench_section(summary: dict, pair: str, source: Path) -> str:
         lines.append(f"- Pre-verifier share of decode time (largest category): "
                      f"{100 * summary['preverifier_overhead_max']['pacer']:.1f} %.")
     if conditions:
+        shared = " The machine was shared with other jobs, so absolute speeds are low and differences of a few " \
+                 "hundredths are within noise." if "shared" in str(conditions.get("machine")) else ""
         lines.append(f"- Machine: {conditions.get('machine')}; load (`uptime`) before: {conditions.get('uptime_before')}"
-                     f"; after: {conditions.get('uptime_after')}. The machine was shared with other jobs, so "
-                     "absolute speeds are low and differences of a few hundredths are within noise.")
+                     f"; after: {conditions.get('uptime_after')}.{shared}")
     lines.append(f"- Command: `{summary['command']}`")
     return "\n".join(lines)
 
@@ -113,11 +114,11 @@ def _bench_text(benches: list[tuple[Path, str]]) -> str:
                                                                    Path(bench).parent / SUMMARY)
                              for bench, pair in benches) or "Not measured yet."
     if any(summary["speedup_total_vs_ar"].get("pacer", 1.0) < 1.0 for summary in summaries.values()):
-        text += ("\n\nWhere every speculative setting loses to the target alone (a draft that cannot pay), "
-                       "Pacer loses least but still loses: it decides after drafted tokens, so each round pays at "
-                       "least one draft step before the pre-verifier can stop it. These runs predate the rule's "
-                       "rounds that draft nothing (`PacerStopRule.drafts_this_round`, a decision before a round "
-                       "drafts); docs/benchmarks/default_preverifier/plain_fallback measures the same pair with them.")
+        text += ("\n\nWhere a draft cannot pay, Pacer falls back to rounds that draft nothing (before a round drafts, "
+                       "the rule asks whether any length is expected to beat a plain step at the acceptance of recent "
+                       "rounds: `PacerStopRule.drafts_this_round`), but every round that still drafts, its probe "
+                       "rounds included, pays at least one draft step before the pre-verifier can stop it, and the "
+                       "draft reads the prompt in every call.")
     if benches:
         text += ("\n\nA layer-dropped draft of `recipes/default_preverifier_data.PAIRS` is written as a model "
                        "folder for `--draft` by `python -m pacer_hf.recipes.default_preverifier_data --save-draft "
