@@ -211,7 +211,9 @@ def test_stopping_criteria_decisions_equal_deciding_on_the_full_rerun(pair, scor
 def test_compiled_rule_equals_the_expected_gain_rule():
     """The CPU loop's compiled expected-gain rule (stop-only, measured round costs) answers what
     `expected_gain_continues` answers: random logits, block sizes 1-3, round tables shorter than the round
-    (extrapolated) and stepped ones; then inside `PacerStopRule`, against `decide` on the round's logits."""
+    (extended by `costs.curve.extrapolate`, as the loop extends them) and stepped ones; then inside `PacerStopRule`,
+    against `decide` on the round's logits."""
+    from pacer_hf.costs.curve import extrapolate
     from pacer_hf.costs.round_costs import RoundCosts
     from pacer_hf.loops.preverifier_kernel import _continues
     from pacer_hf.loops.stop_rule import PacerStopRule
@@ -228,7 +230,7 @@ def test_compiled_rule_equals_the_expected_gain_rule():
         table[rng.integers(0, len(table), 3)] += rng.uniform(0, 1.5, 3)  # a stepped curve: dear widths
         probs = [1.0 / (1.0 + math.exp(-min(max(x, -60.0), 60.0))) for x in logits.tolist()]
         expected = expected_gain_continues(probs, block, cap, {"round_cost": table.tolist(), "draft_cost": 0.1})
-        assert _continues(logits, n, block, cap, table) == expected, (block, cap, n)
+        assert _continues(logits, n, block, cap, extrapolate(table, np.arange(cap + 1))) == expected, (block, cap, n)
         answers.append(expected)
     assert 0.2 < np.mean(answers) < 0.8, "both answers exercised"
     torch.manual_seed(0)

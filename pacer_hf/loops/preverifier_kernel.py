@@ -144,19 +144,11 @@ def _score(logits, mantissas, exponents, token, hidden, row, hidden_w, hidden_b,
 
 
 @compiled()
-def _round_cost(table, k):
-    """`modeling_pacer.round_cost`: table[k], extended linearly past its end."""
-    last = table.shape[0] - 1
-    if k <= last:
-        return table[k]
-    return table[last] + (table[last] - table[last - 1] if last > 0 else 0.0) * (k - last)
-
-
-@compiled()
 def _continues(logits, n, block_size, max_tokens, table):
-    """`modeling_pacer.expected_gain_continues` for one row under measured round costs `table` (seconds per k drafted
-    tokens, no pre-verifier term), from the acceptance logits of the n tokens drafted so far: the same arithmetic in
-    the same order, without the Python calls that made it most of the rule's time per token."""
+    """`modeling_pacer.expected_gain_continues` for one row under measured round costs `table` (seconds of a round
+    drafting k = 0..max_tokens tokens, no pre-verifier term), from the acceptance logits of the n tokens drafted so
+    far: the same arithmetic in the same order, without the Python calls that made it most of the rule's time per
+    token."""
     tokens, survival, future = 1.0, 1.0, 0.0
     for i in range(n):
         p = 1.0 / (1.0 + math.exp(-min(max(logits[i], -60.0), 60.0)))
@@ -165,12 +157,12 @@ def _continues(logits, n, block_size, max_tokens, table):
         if i >= n - block_size:
             future += p
     future /= max(min(block_size, n), 1)
-    rate_now = tokens / _round_cost(table, n)
+    rate_now = tokens / table[n]
     for extra in range(1, (max_tokens - n) // block_size + 1):
         for _ in range(block_size):
             survival *= future
             tokens += survival
-        if tokens / _round_cost(table, n + extra * block_size) > rate_now:
+        if tokens / table[n + extra * block_size] > rate_now:
             return True
     return False
 
@@ -241,7 +233,7 @@ class CompiledRoundScorer:
 
     def continues(self, round_seconds: np.ndarray, block_size: int) -> bool:
         """The expected-gain rule (stop-only) on the round scored so far, under measured round costs (seconds for
-        k = 0, 1, ... drafted tokens): what `PacerPreVerifier.decide` answers for them, compiled."""
+        k = 0..max_draft_tokens drafted tokens): what `PacerPreVerifier.decide` answers for them, compiled."""
         return bool(_continues(self.logits, self.length, block_size, self.max_tokens, round_seconds))
 
 

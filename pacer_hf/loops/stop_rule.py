@@ -35,6 +35,7 @@ from ..costs import (
     resolve_costs,
     timer,
 )
+from ..costs.curve import extrapolate
 from ..modeling_pacer import PacerPreVerifier, calibrated_round_time, loop_features, rows_continue
 from ..stats import PacerStats
 from .block_scorer import BlockScorer, GraphBlockScorer
@@ -89,7 +90,7 @@ class PacerStopRule:
         # the stop-only expected-gain rule under measured costs, compiled beside the scorer (`decide` otherwise)
         self.compiled_rule = (self.scorer is not None and config.decision_rule == "expected_gain"
                               and not config.trim_failed_block)
-        self.round_seconds: np.ndarray | None = None
+        self.seconds_by_length: np.ndarray | None = None  # the round costs for k = 0..max_draft_tokens
         self.trim = 0
         self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
         self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
@@ -140,8 +141,9 @@ class PacerStopRule:
     def start_round(self) -> None:
         self.token_logits, self.trim = [], 0
         self.round_costs = self.costs_now()  # the costs change only when a round's verdict is observed
-        if self.compiled_rule and self.round_costs is not None:
-            self.round_seconds = np.asarray(self.round_costs["round_cost"], dtype=np.float64)
+        if self.compiled_rule and self.round_costs is not None:  # every length the rule may price, extended as ever
+            lengths = np.arange(self.preverifier.config.max_draft_tokens + 1)
+            self.seconds_by_length = extrapolate(self.round_costs["round_cost"], lengths)
         if self.scorer is not None:
             self.scorer.start(self.loop)
         else:
@@ -171,7 +173,7 @@ class PacerStopRule:
                 self.token_logits = scored[0]
         stop = False
         if done and self.compiled_rule and self.round_costs is not None:
-            stop = not self.scorer.continues(self.round_seconds, self.block_size)
+            stop = not self.scorer.continues(self.seconds_by_length, self.block_size)
         elif done:
             stop, self.trim = self.preverifier.decide(self.token_logits, self.round_costs)
         self.stats.preverifier_seconds += self._seconds(start)
