@@ -18,6 +18,8 @@ Kept across `enable`/`disable`:
                           gate -> {False: greedy, True: sampling} -> OnlineCalibration; candidates/calibration.py)
     decode_step           the draft's compiled decode step (`compile_draft`)
     phrase_pools          Ouroboros' phrase pools on a target, one per draft (a WeakKeyDictionary)
+    recent_acceptance     the stop rule's recent acceptance on a target, per draft and decoding mode (a
+                          WeakKeyDictionary: draft -> {do_sample: RecentAcceptance}; loops/stop_rule.py)
     hub_loaded            what the Hub entry point loaded by id, kept between its calls
 """
 
@@ -29,7 +31,7 @@ from ._hf_compat import CANDIDATE_HOOK
 
 ENABLE = ("plain_generate", "transformers_call", "loaded", "added_config_entry")
 FIELDS = (*ENABLE, "last_stats", "preverifier", "preverifier_sampling", "lookup_gate", "lookup_calibration",
-          "decode_step", "phrase_pools", "hub_loaded")
+          "decode_step", "phrase_pools", "recent_acceptance", "hub_loaded")
 
 
 def attribute(field: str) -> str:

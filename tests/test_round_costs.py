@@ -4,6 +4,7 @@ cache, `pacer_costs=`, and decisions that follow the cost curve, for the lookup 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -187,17 +188,18 @@ def _expected_gain_preverifier(draft, **overrides):
 @pytest.mark.parametrize(("kind", "per_token", "plain"), [("random", 0.6, True), ("random", 0.1, True),
                                                          ("noisy", 0.1, False)])
 def test_a_draft_that_cannot_pay_falls_back_to_plain_steps(kind, per_token, plain):
-    """A draft the target rejects (random weights): after the first round the rule drafts nothing but a probe round
-    every PROBE_EVERY + 1, and the output is the target's own. A draft the target mostly accepts, where a drafted
-    token costs a tenth of a target step, keeps drafting every round."""
-    from pacer_hf.loops.stop_rule import PROBE_EVERY
+    """A draft the target rejects (random weights): after the first round the rule drafts nothing but probe rounds,
+    PROBE_EVERY plain rounds apart and then twice as far after each probe that did not pay, and the output is the
+    target's own. A draft the target mostly accepts, where a drafted token costs a tenth of a target step, keeps
+    drafting every round."""
+    from pacer_hf.loops.stop_rule import MAX_PROBE_EVERY, PROBE_EVERY
 
     target = pacer_hf.enable(build_model("llama"))
     draft = build_draft(target, kind)
     ids = torch.tensor([[5, 17, 33, 60, 5, 17, 33, 60]])
-    expected = plain_greedy(target, ids, max_new_tokens=40)
+    expected = plain_greedy(target, ids, max_new_tokens=64)
     costs = [1.0 + per_token * k for k in range(7)]
-    out = target.generate(ids, max_new_tokens=40, do_sample=False, assistant_model=draft,
+    out = target.generate(ids, max_new_tokens=64, do_sample=False, assistant_model=draft,
                           pacer=_expected_gain_preverifier(draft), pacer_costs=costs)
     assert torch.equal(out, expected)
     lengths = pacer_hf.last_stats(target).draft_lengths[:-1]  # the last round's budget may be cut by max_new_tokens
@@ -205,9 +207,69 @@ def test_a_draft_that_cannot_pay_falls_back_to_plain_steps(kind, per_token, plai
         assert lengths[0] > 0, "the first round drafts: nothing is known of the draft yet"
         drafting = [i for i, n in enumerate(lengths) if n > 0]
         assert len(lengths) > 2 * len(drafting), lengths
-        assert all(b - a <= PROBE_EVERY + 1 for a, b in zip(drafting, drafting[1:])), lengths
+        gaps = [b - a for a, b in zip(drafting, drafting[1:]) if b - a > 1]  # between probe rounds
+        assert gaps[0] == PROBE_EVERY + 1, lengths
+        assert len(gaps) >= 2 and all(b == min(2 * a - 1, MAX_PROBE_EVERY + 1) for a, b in zip(gaps, gaps[1:])), lengths
     else:
         assert 0 not in lengths, lengths
+
+
+def test_a_pair_that_did_not_pay_starts_its_next_call_plain():
+    """What a call learned of a pair's acceptance is kept for the next one (`RecentAcceptance` on the target, per
+    draft and decoding mode): after a call where the draft did not pay, the next call's first rounds draft nothing,
+    so the draft does not even read the prompt; the output is still the target's own. Another draft object, or
+    the other decoding mode, starts fresh."""
+    from pacer_hf.loops.stop_rule import recent_acceptance_for
+
+    target = pacer_hf.enable(build_model("llama"))
+    draft = build_draft(target, "random")
+    ids = torch.tensor([[5, 17, 33, 60, 5, 17, 33, 60]])
+    expected = plain_greedy(target, ids, max_new_tokens=24)
+    costs = [1.0 + 0.6 * k for k in range(7)]
+    preverifier = _expected_gain_preverifier(draft)
+
+    def call(model_draft):
+        out = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=model_draft, pacer=preverifier,
+                              pacer_costs=costs)
+        assert torch.equal(out, expected)
+        return pacer_hf.last_stats(target)
+
+    first = call(draft)
+    assert first.draft_lengths[0] > 0, "nothing known of the pair yet: the first call drafts"
+    recent = recent_acceptance_for(target, draft, do_sample=False)
+    assert recent.tried >= 4 and recent.share < 0.5
+    second = call(draft)
+    assert second.draft_lengths[:4] == [0, 0, 0, 0], second.draft_lengths
+    assert second.draft_forwards < first.draft_forwards
+    assert recent_acceptance_for(target, draft, do_sample=True).tried == 0, "sampling keeps its own"
+    fresh = build_draft(target, "random")
+    assert call(fresh).draft_lengths[0] > 0, "another draft starts fresh"
+
+
+def test_a_probe_waits_until_its_catch_up_is_a_small_share_of_the_plain_time():
+    """A probe round makes the draft read every token it skipped first: with the draft reading a token in a third
+    of a plain step, 290 unread tokens wait until their reading is PROBE_SHARE of the plain rounds' time; with
+    reading almost free, probes wait probe_every plain rounds. Each probe that leaves drafting unpaid doubles probe_every, up to
+    MAX_PROBE_EVERY; a round expected to pay resets it."""
+    from pacer_hf.loops.stop_rule import MAX_PROBE_EVERY, PROBE_EVERY, PROBE_SHARE, PacerStopRule
+    from pacer_hf.stats import PacerStats
+
+    rule = PacerStopRule(_expected_gain_preverifier(build_draft(build_model("llama"), "noisy")), PacerStats("t"))
+    rule.costs = RoundCosts([1.0 + 0.8 * k for k in range(7)], "given", online=False)  # pays at a high share only
+    rule.recent.tried, rule.recent.accepted = 10.0, 2.0
+    step = rule.costs.seconds()[0]
+    rule.recent.read(300, 300 * step / 3)
+    waits = []
+    for unread in (290, 1, 1, 1, 1, 1):
+        plain = 0
+        while not rule.drafts_this_round(unread):
+            plain += 1
+        waits.append(plain)
+        rule.recent.read(300, 300 * step / 1000)  # from here on, reading costs next to nothing
+    assert waits[0] == math.ceil(290 / 3 / PROBE_SHARE) - 1, waits
+    assert waits[1:] == [min(PROBE_EVERY * 2 ** i, MAX_PROBE_EVERY) for i in range(1, 6)], waits
+    rule.recent.accepted = 10.0  # drafting pays now
+    assert rule.drafts_this_round(1) and rule.recent.probe_every == PROBE_EVERY
 
 
 def test_plain_step_decision_is_the_best_expected_rate(monkeypatch):
@@ -223,7 +285,8 @@ def test_plain_step_decision_is_the_best_expected_rate(monkeypatch):
         table = np.cumsum(generator.uniform(0.05, 1.5, 7)).tolist()
         share = float(generator.uniform(0, 1))
         rule.costs = RoundCosts(table, "given", online=False)
-        rule.acceptance, rule.tried, rule.skipped = share, 10.0, 0
+        rule.recent.tried, rule.recent.skipped = 10.0, 0
+        rule.recent.accepted = share * 12.0 - 1.0  # (accepted + 1) / (tried + 2) == share
         best = max((1 + sum(share ** i for i in range(1, k + 1))) / table[k] for k in range(1, 7))
         assert rule.drafts_this_round() == (best > 1 / table[0])
 
@@ -239,10 +302,10 @@ def test_acceptance_estimate_counts_the_tokens_tried():
     rule.costs = RoundCosts([1.0 + 5.0 * k for k in range(7)], "given", online=False)  # drafting never pays
     scores = torch.zeros(96)
     rule.end_round(2, 4, scores)
-    assert rule.acceptance == pytest.approx((2 + 1) / (3 + 2))
-    assert rule.tried < MIN_TRIED and rule.drafts_this_round(), "one round is no evidence"
+    assert rule.recent.share == pytest.approx((2 + 1) / (3 + 2))
+    assert rule.recent.tried < MIN_TRIED and rule.drafts_this_round(), "one round is no evidence"
     rule.end_round(4, 4, scores)
-    assert rule.acceptance == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
+    assert rule.recent.share == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
     rule.end_round(3, 0, scores)
-    assert rule.acceptance == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
+    assert rule.recent.share == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
     assert not rule.drafts_this_round()

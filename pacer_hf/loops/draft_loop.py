@@ -56,7 +56,8 @@ class PacerCandidateGenerator(CandidateGenerator):
         start = time.perf_counter()
         cur_len = input_ids.shape[1]
         budget = min(self.max_draft_tokens, self.max_length - cur_len - 1)
-        drafts = budget > 0 and (self.stop is None or self.stop.drafts_this_round())  # else a plain step
+        unread = cur_len - min(self.cache.get_seq_length(), cur_len - 1)  # tokens the draft reads before drafting
+        drafts = budget > 0 and (self.stop is None or self.stop.drafts_this_round(unread))  # else a plain step
         n, processed = self._draft(input_ids, budget) if drafts else (0, [])
         # untimed: the first round (it also reads the prompt) and a trimmed one (it drafted more than it proposes)
         self.record.proposed(n, start if self.record.rounds > 0 and len(processed) == n else None)
@@ -94,7 +95,10 @@ class PacerCandidateGenerator(CandidateGenerator):
         if self.stop is not None:
             self.stop.start_round()
         for n in range(1, budget + 1):
+            read_start = time.perf_counter()
             hidden, raw = self.forward(pending, self.cache)
+            if n == 1 and self.stop is not None and ids.device.type == "cpu":  # on CPU the forward has finished here
+                self.stop.recent.read(pending.shape[1], time.perf_counter() - read_start)
             scores = self.processors(ids[:, : cur_len + n - 1], raw) if self.processors else raw
             if self.do_sample:  # float32, so the q the verifier recomputes is the one sampled from
                 scores = scores.float()

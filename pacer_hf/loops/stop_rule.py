@@ -18,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -36,13 +38,59 @@ from ..costs import (
     timer,
 )
 from ..costs.curve import extrapolate
+from ..model_state import ModelState
 from ..modeling_pacer import PacerPreVerifier, calibrated_round_time, loop_features, rows_continue
 from ..stats import PacerStats
 from .block_scorer import BlockScorer, GraphBlockScorer
 from .draft_forwards import draft_step_timer
 
 PROBE_EVERY = 8  # a draft that is not expected to pay is still tried after this many plain rounds
+MAX_PROBE_EVERY = 64  # ... doubled after each probe that did not bring drafting back, up to this many
 MIN_TRIED = 4.0  # drafted tokens judged (decayed count) before the rule may fall back to plain rounds
+PROBE_SHARE = 0.01  # of the plain rounds' time since the last probe, what the next probe's catch-up may cost
+
+
+@dataclass
+class RecentAcceptance:
+    """A pair's per-token acceptance over recent rounds: a drafted token's chance of acceptance given those before it
+    were accepted, from decayed counts (each round weighs 0.9 of the one after it) with one prior success and
+    failure. Kept on the target between calls, per draft and decoding mode (`ModelState.recent_acceptance`,
+    `recent_acceptance_for`): a call starts from what the last ones saw, so a pair whose drafts do not pay starts
+    with plain steps instead of paying the draft's pass over the prompt and a few losing rounds again every call.
+    `skipped`: plain rounds since the last drafting round; `probe_every`: plain rounds before the next probe round;
+    `read_seconds`: what the draft took per token to read the tokens it had not seen (its pass over the prompt)."""
+
+    accepted: float = 0.0
+    tried: float = 0.0
+    skipped: int = 0
+    probe_every: int = PROBE_EVERY
+    read_seconds: float = 0.0
+
+    @property
+    def share(self) -> float:
+        return (self.accepted + 1) / (self.tried + 2)
+
+    def add(self, accepted: int, drafted: int) -> None:
+        """A verified round: a token is tried only after those before it were accepted (m successes, a failure)."""
+        if drafted > 0:
+            accepted = min(accepted, drafted)
+            self.tried = 0.9 * self.tried + accepted + (accepted < drafted)
+            self.accepted = 0.9 * self.accepted + accepted
+
+    def read(self, tokens: int, seconds: float) -> None:
+        """The draft read `tokens` tokens it had not seen in `seconds` (its first forward of a round)."""
+        if tokens >= 16:  # a short read is mostly the forward's fixed cost
+            self.read_seconds = seconds / tokens
+
+
+def recent_acceptance_for(model: PreTrainedModel, draft: PreTrainedModel | None, do_sample: bool) -> RecentAcceptance:
+    """The `RecentAcceptance` this pair and decoding mode carry between calls (a fresh one without a draft)."""
+    if draft is None:
+        return RecentAcceptance()
+    state = ModelState(model)
+    if state.recent_acceptance is None:
+        state.recent_acceptance = weakref.WeakKeyDictionary()
+    return state.recent_acceptance.setdefault(draft, {}).setdefault(bool(do_sample), RecentAcceptance())
 
 
 def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, target_scores: torch.Tensor) -> list[float]:
@@ -71,7 +119,7 @@ class PacerStopRule:
     """
 
     def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None,
-                 draft_device: torch.device | None = None):
+                 draft_device: torch.device | None = None, recent: RecentAcceptance | None = None):
         self.preverifier = preverifier.eval()
         self.costs = costs
         self.block_size = preverifier.config.block_size
@@ -94,10 +142,7 @@ class PacerStopRule:
         self.trim = 0
         self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
         self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
-        # a drafted token's chance of acceptance, given those before it were accepted, over recent rounds
-        self.acceptance = 0.5
-        self.accepted = self.tried = 0.0  # their counts, each round's weighing 0.9 of the one after it
-        self.skipped = 0  # rounds in a row that drafted nothing
+        self.recent = recent if recent is not None else RecentAcceptance()  # shared with the pair's other calls
 
     @property
     def path(self) -> str:
@@ -109,32 +154,32 @@ class PacerStopRule:
         target's confidence in the last token it chose (`target_scores`: its scores at that position)."""
         if self.reads_loop:
             self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
-        if drafted > 0:  # a token is tried only after those before it were accepted: m successes, then a failure
-            accepted = min(accepted, drafted)
-            self.tried = 0.9 * self.tried + accepted + (accepted < drafted)
-            self.accepted = 0.9 * self.accepted + accepted
-            self.acceptance = (self.accepted + 1) / (self.tried + 2)  # one prior success and failure: no 0 or 1
+        self.recent.add(accepted, drafted)
 
-    def drafts_this_round(self) -> bool:
+    def drafts_this_round(self, unread: int = 1) -> bool:
         """Whether this round drafts at all. The pre-verifier decides once tokens are drafted, so a draft that cannot
         pay would still cost one draft step and a wider verify every round; before drafting, the expected-gain rule
-        under measured costs asks whether any draft length, at the per-token acceptance of recent rounds, is expected
-        to beat a plain target step (k tokens accepted in a row, each with that chance), and a round that expects
-        none proposes nothing. Not before `MIN_TRIED` drafted tokens were judged (one bad round is no evidence), and
-        every `PROBE_EVERY`-th such round drafts anyway, so the estimate follows the text."""
-        if self.costs is None or self.tried < MIN_TRIED or self.preverifier.config.decision_rule != "expected_gain":
+        under measured costs asks whether any draft length, at the pair's recent per-token acceptance
+        (`RecentAcceptance`, carried between calls), is expected to beat a plain target step (k tokens accepted in a
+        row, each with that chance), and a round that expects none proposes nothing. Not before `MIN_TRIED` drafted
+        tokens were judged (one bad round is no evidence). A probe round drafts anyway, so the estimate follows the
+        text, once `probe_every` plain rounds passed (doubled after each probe that left drafting unpaid, up to
+        `MAX_PROBE_EVERY`; reset by one that pays) and the draft's catch-up over the `unread` tokens it skipped, at
+        its measured reading speed, costs at most `PROBE_SHARE` of those plain rounds' time."""
+        recent = self.recent
+        if self.costs is None or recent.tried < MIN_TRIED or self.preverifier.config.decision_rule != "expected_gain":
             return True
-        table, share = self.costs.seconds(), self.acceptance
+        table, share = self.costs.seconds(), recent.share
         tokens, alive = 1.0, 1.0
         for k in range(1, len(table)):
             alive *= share
             tokens += alive
             if tokens / table[k] > 1.0 / table[0]:
-                self.skipped = 0
+                recent.skipped, recent.probe_every = 0, PROBE_EVERY
                 return True
-        self.skipped += 1
-        if self.skipped > PROBE_EVERY:
-            self.skipped = 0
+        recent.skipped += 1
+        if recent.skipped > recent.probe_every and unread * recent.read_seconds <= PROBE_SHARE * recent.skipped * table[0]:
+            recent.skipped, recent.probe_every = 0, min(2 * recent.probe_every, MAX_PROBE_EVERY)
             return True
         return False
 
@@ -342,4 +387,5 @@ def stop_rule_for(context, stats: PacerStats, max_tokens: int) -> PacerStopRule 
         costs = draft_costs(context.model, context.draft, preverifier, max_tokens, context.costs, prior, per_token)
         stats.use_costs(costs)
     draft_device = context.draft.device if context.draft is not None else None
-    return PacerStopRule(preverifier, stats, costs, draft_device=draft_device)
+    recent = recent_acceptance_for(context.model, context.draft, context.do_sample)
+    return PacerStopRule(preverifier, stats, costs, draft_device=draft_device, recent=recent)
