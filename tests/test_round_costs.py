@@ -246,6 +246,32 @@ def test_a_pair_that_did_not_pay_starts_its_next_call_plain():
     assert call(fresh).draft_lengths[0] > 0, "another draft starts fresh"
 
 
+def test_one_call_the_draft_could_not_follow_does_not_turn_the_next_call_plain():
+    """A pair that paid over many rounds, then one request it could not follow: within that call the recent share
+    falls and the rule drafts nothing; the next call restarts from the long-run share (weighed as MIN_TRIED judged
+    tokens) and drafts at once. A pair that never paid starts its next call plain."""
+    from pacer_hf.loops.stop_rule import MIN_TRIED, PacerStopRule, RecentAcceptance
+    from pacer_hf.stats import PacerStats
+
+    preverifier = _expected_gain_preverifier(build_draft(build_model("llama"), "noisy"))
+    costs = RoundCosts([1.0 + 0.8 * k for k in range(7)], "given", online=False)  # pays at a high share only
+    recent = RecentAcceptance()
+    for _ in range(200):
+        recent.add(6, 6)  # every drafted token accepted
+    for _ in range(10):
+        recent.add(0, 6)  # one request the draft could not follow
+    bad_call = PacerStopRule(preverifier, PacerStats("t"), costs, recent=None)
+    bad_call.recent = recent
+    assert not bad_call.drafts_this_round(1), "within the call, its recent rounds decide"
+    next_call = PacerStopRule(preverifier, PacerStats("t"), costs, recent=recent)
+    assert recent.tried == MIN_TRIED and recent.share == pytest.approx(recent.long_share)
+    assert next_call.drafts_this_round(1)
+    never = RecentAcceptance()
+    for _ in range(50):
+        never.add(0, 6)
+    assert not PacerStopRule(preverifier, PacerStats("t"), costs, recent=never).drafts_this_round(1)
+
+
 def test_a_probe_waits_until_its_catch_up_is_a_small_share_of_the_plain_time():
     """A probe round makes the draft read every token it skipped first: with the draft reading a token in a third
     of a plain step, 290 unread tokens wait until their reading is PROBE_SHARE of the plain rounds' time; with

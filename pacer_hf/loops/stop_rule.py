@@ -52,16 +52,20 @@ PROBE_SHARE = 0.01  # of the plain rounds' time since the last probe, what the n
 
 @dataclass
 class RecentAcceptance:
-    """A pair's per-token acceptance over recent rounds: a drafted token's chance of acceptance given those before it
-    were accepted, from decayed counts (each round weighs 0.9 of the one after it) with one prior success and
-    failure. Kept on the target between calls, per draft and decoding mode (`ModelState.recent_acceptance`,
-    `recent_acceptance_for`): a call starts from what the last ones saw, so a pair whose drafts do not pay starts
-    with plain steps instead of paying the draft's pass over the prompt and a few losing rounds again every call.
+    """A pair's per-token acceptance: a drafted token's chance of acceptance given those before it were accepted, from
+    decayed counts with one prior success and failure, over recent rounds (each round weighs 0.9 of the one after it)
+    and over the long run (0.99). Kept on the target between calls, per draft and decoding mode
+    (`ModelState.recent_acceptance`, `recent_acceptance_for`): a call starts from the long-run acceptance weighed as
+    `MIN_TRIED` judged tokens (`start_call`), so a pair whose drafts do not pay starts with plain steps instead of
+    paying the draft's pass over the prompt and a few losing rounds again every call, while one request the draft
+    could not follow does not turn the next call plain; within a call its own rounds take over.
     `skipped`: plain rounds since the last drafting round; `probe_every`: plain rounds before the next probe round;
     `read_seconds`: what the draft took per token to read the tokens it had not seen (its pass over the prompt)."""
 
     accepted: float = 0.0
     tried: float = 0.0
+    long_accepted: float = 0.0
+    long_tried: float = 0.0
     skipped: int = 0
     probe_every: int = PROBE_EVERY
     read_seconds: float = 0.0
@@ -70,12 +74,22 @@ class RecentAcceptance:
     def share(self) -> float:
         return (self.accepted + 1) / (self.tried + 2)
 
+    @property
+    def long_share(self) -> float:
+        return (self.long_accepted + 1) / (self.long_tried + 2)
+
     def add(self, accepted: int, drafted: int) -> None:
         """A verified round: a token is tried only after those before it were accepted (m successes, a failure)."""
         if drafted > 0:
             accepted = min(accepted, drafted)
-            self.tried = 0.9 * self.tried + accepted + (accepted < drafted)
-            self.accepted = 0.9 * self.accepted + accepted
+            tried = accepted + (accepted < drafted)
+            self.tried, self.accepted = 0.9 * self.tried + tried, 0.9 * self.accepted + accepted
+            self.long_tried, self.long_accepted = 0.99 * self.long_tried + tried, 0.99 * self.long_accepted + accepted
+
+    def start_call(self) -> None:
+        """A new call: the recent counts restart at the long-run share, weighed as `MIN_TRIED` judged tokens."""
+        if self.long_tried >= MIN_TRIED:
+            self.tried, self.accepted = MIN_TRIED, self.long_share * (MIN_TRIED + 2) - 1
 
     def read(self, tokens: int, seconds: float) -> None:
         """The draft read `tokens` tokens it had not seen in `seconds` (its first forward of a round)."""
@@ -143,6 +157,7 @@ class PacerStopRule:
         self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
         self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
         self.recent = recent if recent is not None else RecentAcceptance()  # shared with the pair's other calls
+        self.recent.start_call()
 
     @property
     def path(self) -> str:
