@@ -30,8 +30,8 @@ import torch
 
 from .default_preverifier_data import MAX_DRAFT_TOKENS, PAIRS
 
-TRAIN_PAIRS = ("demo-int8", "demo-drop", "smollm2-int8", "smollm2-drop")
-HELDOUT_PAIRS = ("demo", "demo-drop10")
+TRAIN_PAIRS = ("demo-int8", "demo-drop", "smollm2-int8", "smollm2-drop", "qwen")
+HELDOUT_PAIRS = ("demo", "demo-drop10", "qwen-int8")
 MODES = ("greedy", "sampling")
 SAMPLING_SUBDIR = "sampling"
 
@@ -214,8 +214,13 @@ def train_mode(args: argparse.Namespace, mode: str, calibration: dict, out: Path
 
 def describe(pair: str) -> str:
     target, lever, argument = PAIRS[pair]
-    target = {"demo": "the stdlib demo target (hub_cards/demo-target)", "smollm2": "SmolLM2-135M-Instruct"}[target]
-    draft = {"shipped": "its shipped 1-layer draft (hub_cards/demo-draft)",
+    shipped = {"demo": "its shipped 1-layer draft (hub_cards/demo-draft)",
+               "qwen": "Qwen2.5-Coder-0.5B-Instruct in float32, as its GGUF ships it"}.get(target)
+    target = {"demo": "the stdlib demo target (hub_cards/demo-target)", "smollm2": "SmolLM2-135M-Instruct",
+              "qwen": "Qwen2.5-Coder-1.5B-Instruct"}[target]
+    draft = {"shipped": shipped,
+             "cheap": "Qwen2.5-Coder-0.5B-Instruct made cheap as hub_cards/qwen-coder-draft says (int8 linears, "
+                      "a vocabulary-subset head)",
              "int8": "an int8 copy of itself (cheap_draft.quantize_linears)",
              "drop": f"a copy keeping {len(argument or ())} of its layers ({list(argument or ())}), untrained"}[lever]
     return f"{target} drafted by {draft}"

