@@ -185,8 +185,9 @@ def _training_text(greedy: PacerConfig, sampling: PacerConfig | None) -> str:
   `OMP_NUM_THREADS=1 python -m pacer_hf.recipes.default_preverifier_data --work-dir runs/default_pv` (stopped
   during the SmolLM2 answers on the loaded machine), then `... --targets smollm2 --greedy-answers 64
   --sampled-answers 32` (resumed: the answers already written are kept), `... --targets demo --pairs
-  demo-drop10` and `... --targets qwen --greedy-answers 24 --sampled-answers 8 --threads 2`; then `OMP_NUM_THREADS=1 python -m pacer_hf.recipes.default_preverifier --work-dir runs/default_pv
-  --epochs {training['epochs']:g}`.
+  demo-drop10` and `... --targets qwen --greedy-answers 24 --sampled-answers 8 --threads 2`; then
+  `OMP_NUM_THREADS=2 python -m pacer_hf.recipes.default_preverifier --work-dir runs/default_pv --epochs
+  {training['epochs']:g} --threads 2` (the cost prior in `config.calibration` kept from the earlier 1-thread run).
 
 """
 
