@@ -54,8 +54,11 @@ class ReferenceStop:
     def __init__(self, trim: bool):
         self.trim_rejected, self.reference, self.position, self.drafted, self.trim = trim, [], 0, 0, 0
 
-    def drafts_this_round(self) -> bool:
+    def drafts_this_round(self, unread: int = 1) -> bool:
         return True
+
+    def read(self, tokens: int, seconds: float) -> None:
+        """Nothing to learn from the draft's reading speed: every round drafts."""
 
     def start_round(self) -> None:
         self.drafted, self.trim = 0, 0

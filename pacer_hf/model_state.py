@@ -19,7 +19,7 @@ Kept across `enable`/`disable`:
     decode_step           the draft's compiled decode step (`compile_draft`)
     phrase_pools          Ouroboros' phrase pools on a target, one per draft (a WeakKeyDictionary)
     recent_acceptance     the stop rule's recent acceptance on a target, per draft and decoding mode (a
-                          WeakKeyDictionary: draft -> {do_sample: RecentAcceptance}; loops/stop_rule.py)
+                          WeakKeyDictionary: draft -> {do_sample: RecentAcceptance}; loops/recent_acceptance.py)
     hub_loaded            what the Hub entry point loaded by id, kept between its calls
 """
 

@@ -98,7 +98,7 @@ class PacerCandidateGenerator(CandidateGenerator):
             read_start = time.perf_counter()
             hidden, raw = self.forward(pending, self.cache)
             if n == 1 and self.stop is not None and ids.device.type == "cpu":  # on CPU the forward has finished here
-                self.stop.recent.read(pending.shape[1], time.perf_counter() - read_start)
+                self.stop.read(pending.shape[1], time.perf_counter() - read_start)
             scores = self.processors(ids[:, : cur_len + n - 1], raw) if self.processors else raw
             if self.do_sample:  # float32, so the q the verifier recomputes is the one sampled from
                 scores = scores.float()

@@ -1,0 +1,74 @@
+"""What the stop rule keeps of a pair between calls: its per-token acceptance, recent and long-run, the plain rounds
+since it last drafted and how fast the draft reads tokens it skipped (`RecentAcceptance`), and the constants of the
+decision to draft at all (`PacerStopRule.drafts_this_round`, docs/ALGORITHM.md "Rounds that draft nothing")."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+from transformers import PreTrainedModel
+
+from ..model_state import ModelState
+
+PROBE_EVERY = 8  # a draft that is not expected to pay is still tried after this many plain rounds
+MAX_PROBE_EVERY = 64  # ... doubled after each probe that did not bring drafting back, up to this many
+MIN_TRIED = 4.0  # drafted tokens judged (decayed count) before the rule may fall back to plain rounds
+PROBE_SHARE = 0.01  # of the plain rounds' time since the last probe, what the next probe's catch-up may cost
+
+
+@dataclass
+class RecentAcceptance:
+    """A pair's per-token acceptance: a drafted token's chance of acceptance given those before it were accepted, from
+    decayed counts with one prior success and failure, over recent rounds (each round weighs 0.9 of the one after it)
+    and over the long run (0.99). Kept on the target between calls, per draft and decoding mode
+    (`ModelState.recent_acceptance`, `recent_acceptance_for`): a call starts from the long-run acceptance weighed as
+    `MIN_TRIED` judged tokens (`start_call`), so a pair whose drafts do not pay starts with plain steps instead of
+    paying the draft's pass over the prompt and a few losing rounds again every call, while one request the draft
+    could not follow does not turn the next call plain; within a call its own rounds take over.
+    `skipped`: plain rounds since the last drafting round; `probe_every`: plain rounds before the next probe round;
+    `read_seconds`: what the draft took per token to read the tokens it had not seen (its pass over the prompt)."""
+
+    accepted: float = 0.0
+    tried: float = 0.0
+    long_accepted: float = 0.0
+    long_tried: float = 0.0
+    skipped: int = 0
+    probe_every: int = PROBE_EVERY
+    read_seconds: float = 0.0
+
+    @property
+    def share(self) -> float:
+        return (self.accepted + 1) / (self.tried + 2)
+
+    @property
+    def long_share(self) -> float:
+        return (self.long_accepted + 1) / (self.long_tried + 2)
+
+    def add(self, accepted: int, drafted: int) -> None:
+        """A verified round: a token is tried only after those before it were accepted (m successes, a failure)."""
+        if drafted > 0:
+            accepted = min(accepted, drafted)
+            tried = accepted + (accepted < drafted)
+            self.tried, self.accepted = 0.9 * self.tried + tried, 0.9 * self.accepted + accepted
+            self.long_tried, self.long_accepted = 0.99 * self.long_tried + tried, 0.99 * self.long_accepted + accepted
+
+    def start_call(self) -> None:
+        """A new call: the recent counts restart at the long-run share, weighed as `MIN_TRIED` judged tokens."""
+        if self.long_tried >= MIN_TRIED:
+            self.tried, self.accepted = MIN_TRIED, self.long_share * (MIN_TRIED + 2) - 1
+
+    def read(self, tokens: int, seconds: float) -> None:
+        """The draft read `tokens` tokens it had not seen in `seconds` (its first forward of a round)."""
+        if tokens >= 16:  # a short read is mostly the forward's fixed cost
+            self.read_seconds = seconds / tokens
+
+
+def recent_acceptance_for(model: PreTrainedModel, draft: PreTrainedModel | None, do_sample: bool) -> RecentAcceptance:
+    """The `RecentAcceptance` this pair and decoding mode carry between calls (a fresh one without a draft)."""
+    if draft is None:
+        return RecentAcceptance()
+    state = ModelState(model)
+    if state.recent_acceptance is None:
+        state.recent_acceptance = weakref.WeakKeyDictionary()
+    return state.recent_acceptance.setdefault(draft, {}).setdefault(bool(do_sample), RecentAcceptance())
