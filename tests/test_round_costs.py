@@ -246,10 +246,16 @@ def test_a_pair_that_did_not_pay_starts_its_next_call_plain():
     assert call(fresh).draft_lengths[0] > 0, "another draft starts fresh"
 
 
+def _pays_at(share: float, costs: RoundCosts) -> bool:
+    table = costs.seconds()
+    return any((1 + sum(share ** i for i in range(1, k + 1))) / table[k] > 1 / table[0] for k in range(1, len(table)))
+
+
 def test_one_call_the_draft_could_not_follow_does_not_turn_the_next_call_plain():
     """A pair that paid over many rounds, then one request it could not follow: within that call the recent share
     falls and the rule drafts nothing; the next call restarts from the long-run share (weighed as MIN_TRIED judged
-    tokens) and drafts at once. A pair that never paid starts its next call plain."""
+    tokens) and drafts at once, and goes on drafting through rejected rounds until MIN_TRIED of its own tokens
+    were judged. A pair that never paid starts its next call plain."""
     from pacer_hf.loops.stop_rule import MIN_TRIED, PacerStopRule, RecentAcceptance
     from pacer_hf.stats import PacerStats
 
@@ -261,11 +267,16 @@ def test_one_call_the_draft_could_not_follow_does_not_turn_the_next_call_plain()
     for _ in range(10):
         recent.add(0, 6)  # one request the draft could not follow
     bad_call = PacerStopRule(preverifier, PacerStats("t"), costs, recent=None)
-    bad_call.recent = recent
+    bad_call.recent, bad_call.judged = recent, 60.0
     assert not bad_call.drafts_this_round(1), "within the call, its recent rounds decide"
     next_call = PacerStopRule(preverifier, PacerStats("t"), costs, recent=recent)
     assert recent.tried == MIN_TRIED and recent.share == pytest.approx(recent.long_share)
     assert next_call.drafts_this_round(1)
+    for _ in range(3):  # its first rounds rejected at once: three judged tokens, no evidence yet
+        next_call.end_round(0, 6, torch.zeros(96))
+    assert not _pays_at(recent.share, costs) and next_call.drafts_this_round(1)
+    next_call.end_round(0, 6, torch.zeros(96))  # the fourth: now its own rounds decide
+    assert not next_call.drafts_this_round(1)
     never = RecentAcceptance()
     for _ in range(50):
         never.add(0, 6)
@@ -282,7 +293,9 @@ def test_a_probe_waits_until_its_catch_up_is_a_small_share_of_the_plain_time():
 
     rule = PacerStopRule(_expected_gain_preverifier(build_draft(build_model("llama"), "noisy")), PacerStats("t"))
     rule.costs = RoundCosts([1.0 + 0.8 * k for k in range(7)], "given", online=False)  # pays at a high share only
-    rule.recent.tried, rule.recent.accepted = 10.0, 2.0
+    rule.recent.tried = rule.recent.long_tried = 10.0
+    rule.recent.accepted = rule.recent.long_accepted = 2.0
+    rule.judged = 10.0
     step = rule.costs.seconds()[0]
     rule.recent.read(300, 300 * step / 3)
     waits = []
@@ -296,6 +309,12 @@ def test_a_probe_waits_until_its_catch_up_is_a_small_share_of_the_plain_time():
     assert waits[1:] == [min(PROBE_EVERY * 2 ** i, MAX_PROBE_EVERY) for i in range(1, 6)], waits
     rule.recent.accepted = 10.0  # drafting pays now
     assert rule.drafts_this_round(1) and rule.recent.probe_every == PROBE_EVERY
+    rule.recent.accepted, rule.recent.long_accepted = 2.0, 10.0  # a pair that pays in the long run, in a bad stretch
+    for _ in range(3):
+        plain = 0
+        while not rule.drafts_this_round(1):
+            plain += 1
+        assert plain == PROBE_EVERY, "its probes do not back off"
 
 
 def test_plain_step_decision_is_the_best_expected_rate(monkeypatch):
@@ -311,8 +330,9 @@ def test_plain_step_decision_is_the_best_expected_rate(monkeypatch):
         table = np.cumsum(generator.uniform(0.05, 1.5, 7)).tolist()
         share = float(generator.uniform(0, 1))
         rule.costs = RoundCosts(table, "given", online=False)
-        rule.recent.tried, rule.recent.skipped = 10.0, 0
-        rule.recent.accepted = share * 12.0 - 1.0  # (accepted + 1) / (tried + 2) == share
+        rule.recent.tried = rule.recent.long_tried = 10.0
+        rule.recent.accepted = rule.recent.long_accepted = share * 12.0 - 1.0  # (accepted + 1) / (tried + 2) == share
+        rule.recent.skipped, rule.judged = 0, 10.0
         best = max((1 + sum(share ** i for i in range(1, k + 1))) / table[k] for k in range(1, 7))
         assert rule.drafts_this_round() == (best > 1 / table[0])
 

@@ -68,6 +68,18 @@ def block_scorer(preverifier: PacerPreVerifier, draft_device: torch.device | Non
     return BlockScorer(preverifier)
 
 
+def _some_length_pays(share: float, table: list[float]) -> bool:
+    """Whether some draft length k, each token accepted with `share` given those before it were, is expected to yield
+    more tokens per second than a plain step under the round costs `table` (seconds of a round drafting k tokens)."""
+    tokens, alive = 1.0, 1.0
+    for k in range(1, len(table)):
+        alive *= share
+        tokens += alive
+        if tokens / table[k] > 1.0 / table[0]:
+            return True
+    return False
+
+
 class PacerStopRule:
     """The pre-verifier deciding, after every `block_size` drafted tokens, whether the next block is worth drafting.
 
@@ -102,6 +114,7 @@ class PacerStopRule:
         self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
         self.recent = recent if recent is not None else RecentAcceptance()  # shared with the pair's other calls
         self.recent.start_call()
+        self.judged = 0  # drafted tokens judged in this call
 
     @property
     def path(self) -> str:
@@ -114,31 +127,34 @@ class PacerStopRule:
         if self.reads_loop:
             self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
         self.recent.add(accepted, drafted)
+        if drafted > 0:
+            self.judged += min(accepted, drafted) + (accepted < drafted)
 
     def drafts_this_round(self, unread: int = 1) -> bool:
         """Whether this round drafts at all. The pre-verifier decides once tokens are drafted, so a draft that cannot
         pay would still cost one draft step and a wider verify every round; before drafting, the expected-gain rule
-        under measured costs asks whether any draft length, at the pair's recent per-token acceptance
-        (`RecentAcceptance`, carried between calls), is expected to beat a plain target step (k tokens accepted in a
-        row, each with that chance), and a round that expects none proposes nothing. Not before `MIN_TRIED` drafted
-        tokens were judged (one bad round is no evidence). A probe round drafts anyway, so the estimate follows the
-        text, once `probe_every` plain rounds passed (doubled after each probe that left drafting unpaid, up to
-        `MAX_PROBE_EVERY`; reset by one that pays) and the draft's catch-up over the `unread` tokens it skipped, at
-        its measured reading speed, costs at most `PROBE_SHARE` of those plain rounds' time."""
+        under measured costs asks whether any draft length, at the pair's per-token acceptance (`RecentAcceptance`,
+        carried between calls), is expected to beat a plain target step (k tokens accepted in a row, each with that
+        chance), and a round that expects none proposes nothing. Nothing is decided before the pair has `MIN_TRIED`
+        judged tokens; a pair whose long-run acceptance pays drafts until `MIN_TRIED` tokens of this call were
+        judged (one bad round is no evidence). A probe round drafts anyway, so the estimate follows the text, once
+        `probe_every` plain rounds passed and the draft's catch-up over the `unread` tokens it skipped, at its
+        measured reading speed, costs at most `PROBE_SHARE` of those plain rounds' time; for a pair whose long-run
+        acceptance does not pay, each probe that leaves drafting unpaid doubles `probe_every` (up to
+        `MAX_PROBE_EVERY`), and one that pays resets it."""
         recent = self.recent
-        if self.costs is None or recent.tried < MIN_TRIED or self.preverifier.config.decision_rule != "expected_gain":
+        if self.costs is None or recent.long_tried < MIN_TRIED or self.preverifier.config.decision_rule != "expected_gain":
             return True
-        table, share = self.costs.seconds(), recent.share
-        tokens, alive = 1.0, 1.0
-        for k in range(1, len(table)):
-            alive *= share
-            tokens += alive
-            if tokens / table[k] > 1.0 / table[0]:
-                recent.skipped, recent.probe_every = 0, PROBE_EVERY
-                return True
+        table = self.costs.seconds()
+        long_pays = _some_length_pays(recent.long_share, table)
+        if (long_pays and self.judged < MIN_TRIED) or _some_length_pays(recent.share, table):
+            recent.skipped, recent.probe_every = 0, PROBE_EVERY
+            return True
         recent.skipped += 1
         if recent.skipped > recent.probe_every and unread * recent.read_seconds <= PROBE_SHARE * recent.skipped * table[0]:
-            recent.skipped, recent.probe_every = 0, min(2 * recent.probe_every, MAX_PROBE_EVERY)
+            recent.skipped = 0
+            if not long_pays:
+                recent.probe_every = min(2 * recent.probe_every, MAX_PROBE_EVERY)
             return True
         return False
 

@@ -35,7 +35,8 @@ def bench_summary(folder: Path) -> dict:
     identical = {s: all(r["identical_to_ar"] for r in greedy if r["strategy"] == s) for s in strategies}
     fixed = [s for s in FIXED if s in total]
     best = min(fixed, key=total.get) if fixed else None
-    out = {"command": meta.get("command"), "categories": categories, "strategies": strategies,
+    out = {"command": meta.get("command"), "runs": (meta.get("config") or {}).get("runs", 1),
+           "categories": categories, "strategies": strategies,
            "total_seconds": {s: round(v, 2) for s, v in total.items()},
            "speedup_total_vs_ar": {s: round(total["ar"] / v, 3) for s, v in total.items()} if "ar" in total else {},
            "per_category": per_category, "identical": identical, "preverifier_overhead_max": overhead,
@@ -62,8 +63,10 @@ def _bench_section(summary: dict, pair: str, source: Path) -> str:
         rows.append(f"| {s} | {summary['total_seconds'][s]:.1f} | {summary['speedup_total_vs_ar'].get(s, 0):.3f} | "
                     f"{cats} | {'yes' if summary['identical'][s] else 'NO'} |")
     conditions = summary.get("conditions") or {}
+    runs = summary.get("runs", 1)
+    timed = "one interleaved run (`--runs 1`)" if runs == 1 else f"{runs} interleaved runs (`--runs {runs}`)"
     lines = [f"<!-- figures: {source.as_posix()} -->",
-             "Held out of training. Greedy, 1 torch thread, one interleaved run (`--runs 1`); per-category "
+             f"Held out of training. Greedy, 1 torch thread, {timed}; per-category "
              "columns are speedups vs the target alone (`ar`); total = the sum over every prompt "
              f"({source.as_posix()}).", "",
              *rows, ""]
@@ -151,8 +154,9 @@ It reads only what every draft gives, so it takes any draft of any hidden size o
 A causal layer ({greedy.hidden_size} wide) scores each of up to {greedy.max_draft_tokens} drafted tokens; the
 `expected_gain` rule drafts on while a longer round is expected to yield more tokens per unit of time under the
 round costs `generate` measures where it runs (a probe on first use, refined by the call's own rounds:
-`last_stats(target).costs`), so it drafts only as far as the costs say pays (a round still drafts at least one
-token before the pre-verifier can stop it: see the measured speed below). Decoding stays exact: the target
+`last_stats(target).costs`), so it drafts only as far as the costs say pays; before a round drafts, the same rule
+asks whether any length is expected to beat a plain step at the pair's acceptance, so a pair whose drafts do not pay
+runs plain steps (see the measured speed below). Decoding stays exact: the target
 verifies every drafted token. `config.calibration` holds the costs of a training pair on the training machine
 ({calibration.get('machine')}, {calibration.get('torch_threads')} thread), used only with `pacer_costs="prior"`.
 
