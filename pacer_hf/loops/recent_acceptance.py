@@ -14,6 +14,7 @@ from ..model_state import ModelState
 PROBE_EVERY = 8  # a draft that is not expected to pay is still tried after this many plain rounds
 MAX_PROBE_EVERY = 64  # ... doubled after each probe that did not bring drafting back, up to this many
 MIN_TRIED = 4.0  # drafted tokens judged (decayed count) before the rule may fall back to plain rounds
+MIN_EVIDENCE = 32.0  # judged tokens (long-run decayed count) before a pair's past decides how a call starts
 PROBE_SHARE = 0.01  # of the plain rounds' time since the last probe, what the next probe's catch-up may cost
 
 
@@ -22,10 +23,11 @@ class RecentAcceptance:
     """A pair's per-token acceptance: a drafted token's chance of acceptance given those before it were accepted, from
     decayed counts with one prior success and failure, over recent rounds (each round weighs 0.9 of the one after it)
     and over the long run (0.99). Kept on the target between calls, per draft and decoding mode
-    (`ModelState.recent_acceptance`, `recent_acceptance_for`): a call starts from the long-run acceptance weighed as
-    `MIN_TRIED` judged tokens (`start_call`), so a pair whose drafts do not pay starts with plain steps instead of
-    paying the draft's pass over the prompt and a few losing rounds again every call, while one request the draft
-    could not follow does not turn the next call plain; within a call its own rounds take over.
+    (`ModelState.recent_acceptance`, `recent_acceptance_for`): once the pair is `known`, a call starts from the
+    long-run acceptance weighed as `MIN_TRIED` judged tokens (`start_call`), so a pair whose drafts do not pay starts
+    with plain steps instead of paying the draft's pass over the prompt and a few losing rounds again every call,
+    while one request the draft could not follow does not turn the next call plain; within a call its own rounds
+    take over.
     `skipped`: plain rounds since the last drafting round; `probe_every`: plain rounds before the next probe round;
     `read_seconds`: what the draft took per token to read the tokens it had not seen (its pass over the prompt)."""
 
@@ -53,10 +55,19 @@ class RecentAcceptance:
             self.tried, self.accepted = 0.9 * self.tried + tried, 0.9 * self.accepted + accepted
             self.long_tried, self.long_accepted = 0.99 * self.long_tried + tried, 0.99 * self.long_accepted + accepted
 
+    @property
+    def known(self) -> bool:
+        """Whether the pair's long-run counts rest on `MIN_EVIDENCE` judged tokens (a few calls' worth)."""
+        return self.long_tried >= MIN_EVIDENCE
+
     def start_call(self) -> None:
-        """A new call: the recent counts restart at the long-run share, weighed as `MIN_TRIED` judged tokens."""
-        if self.long_tried >= MIN_TRIED:
+        """A new call: the recent counts restart at the long-run share weighed as `MIN_TRIED` judged tokens once the
+        pair is `known`, else from nothing (the call judges its own first tokens)."""
+        if self.known:
             self.tried, self.accepted = MIN_TRIED, self.long_share * (MIN_TRIED + 2) - 1
+        else:
+            self.tried = self.accepted = 0.0
+            self.skipped, self.probe_every = 0, PROBE_EVERY
 
     def read(self, tokens: int, seconds: float) -> None:
         """The draft read `tokens` tokens it had not seen in `seconds` (its first forward of a round)."""

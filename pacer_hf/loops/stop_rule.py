@@ -135,28 +135,30 @@ class PacerStopRule:
         pay would still cost one draft step and a wider verify every round; before drafting, the expected-gain rule
         under measured costs asks whether any draft length, at the pair's per-token acceptance (`RecentAcceptance`,
         carried between calls), is expected to beat a plain target step (k tokens accepted in a row, each with that
-        chance), and a round that expects none proposes nothing. Nothing is decided before the pair has `MIN_TRIED`
-        judged tokens; a pair whose long-run acceptance pays drafts until `MIN_TRIED` tokens of this call were
-        judged (one bad round is no evidence). A probe round drafts anyway, so the estimate follows the text, once
-        `probe_every` plain rounds passed and the draft's catch-up over the `unread` tokens it skipped, at its
-        measured reading speed, costs at most `PROBE_SHARE` of those plain rounds' time; for a pair whose long-run
-        acceptance does not pay, each probe that leaves drafting unpaid doubles `probe_every` (up to
-        `MAX_PROBE_EVERY`), and one that pays resets it."""
+        chance), and a round that expects none proposes nothing. A call drafts until `MIN_TRIED` of its own tokens
+        were judged (one bad round is no evidence), unless the pair is `known` not to pay: such a pair starts plain.
+        A probe round drafts anyway, so the estimate follows the text: after `PROBE_EVERY` plain rounds; for a pair
+        known not to pay, after `probe_every` plain rounds (doubled by each probe that leaves drafting unpaid, up to
+        `MAX_PROBE_EVERY`) and only once the draft's catch-up over the `unread` tokens it skipped, at its measured
+        reading speed, costs at most `PROBE_SHARE` of those plain rounds' time."""
         recent = self.recent
-        if self.costs is None or recent.long_tried < MIN_TRIED or self.preverifier.config.decision_rule != "expected_gain":
+        if self.costs is None or self.preverifier.config.decision_rule != "expected_gain":
             return True
         table = self.costs.seconds()
-        long_pays = _some_length_pays(recent.long_share, table)
-        if (long_pays and self.judged < MIN_TRIED) or _some_length_pays(recent.share, table):
+        known_loser = recent.known and not _some_length_pays(recent.long_share, table)
+        if (self.judged < MIN_TRIED and not known_loser) or _some_length_pays(recent.share, table):
             recent.skipped, recent.probe_every = 0, PROBE_EVERY
             return True
         recent.skipped += 1
-        if recent.skipped > recent.probe_every and unread * recent.read_seconds <= PROBE_SHARE * recent.skipped * table[0]:
+        if not known_loser:
+            probe = recent.skipped > PROBE_EVERY
+        else:
+            probe = (recent.skipped > recent.probe_every
+                     and unread * recent.read_seconds <= PROBE_SHARE * recent.skipped * table[0])
+            recent.probe_every = min(2 * recent.probe_every, MAX_PROBE_EVERY) if probe else recent.probe_every
+        if probe:
             recent.skipped = 0
-            if not long_pays:
-                recent.probe_every = min(2 * recent.probe_every, MAX_PROBE_EVERY)
-            return True
-        return False
+        return probe
 
     def read(self, tokens: int, seconds: float) -> None:
         """The draft read `tokens` tokens it had not seen in `seconds` (what a probe's catch-up will cost)."""
