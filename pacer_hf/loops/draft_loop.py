@@ -56,8 +56,8 @@ class PacerCandidateGenerator(CandidateGenerator):
         start = time.perf_counter()
         cur_len = input_ids.shape[1]
         budget = min(self.max_draft_tokens, self.max_length - cur_len - 1)
-        unread = cur_len - min(self.cache.get_seq_length(), cur_len - 1)  # tokens the draft reads before drafting
-        drafts = budget > 0 and (self.stop is None or self.stop.drafts_this_round(unread))  # else a plain step
+        # else a plain step; the stop rule prices the tokens the draft would read first
+        drafts = budget > 0 and (self.stop is None or self.stop.drafts_this_round(cur_len - self._kept(cur_len)))
         n, processed = self._draft(input_ids, budget) if drafts else (0, [])
         # untimed: the first round (it also reads the prompt) and a trimmed one (it drafted more than it proposes)
         self.record.proposed(n, start if self.record.rounds > 0 and len(processed) == n else None)
@@ -83,7 +83,7 @@ class PacerCandidateGenerator(CandidateGenerator):
         a device round trip per token.
         """
         cur_len = sequence.shape[1]
-        keep = min(self.cache.get_seq_length(), cur_len - 1)  # the draft cache holds ids[:keep] == sequence[:keep]
+        keep = self._kept(cur_len)
         crop_cache(self.cache, keep)
         ids = self.ids
         ids[:, keep:cur_len] = sequence[:, keep:]
@@ -125,6 +125,11 @@ class PacerCandidateGenerator(CandidateGenerator):
                 break
         self.stats.draft_forwards += len(processed)
         return n, processed
+
+    def _kept(self, cur_len: int) -> int:
+        """How much of a `cur_len`-token sequence the draft cache holds (ids[:keep] == sequence[:keep]): at most all
+        but the last token, whose forward yields the first drafted token."""
+        return min(self.cache.get_seq_length(), cur_len - 1)
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
         """No schedule to update (the draft length is decided while drafting); record the outcome and, for a

@@ -47,13 +47,16 @@ class RecentAcceptance:
     def long_share(self) -> float:
         return (self.long_accepted + 1) / (self.long_tried + 2)
 
-    def add(self, accepted: int, drafted: int) -> None:
-        """A verified round: a token is tried only after those before it were accepted (m successes, a failure)."""
-        if drafted > 0:
-            accepted = min(accepted, drafted)
-            tried = accepted + (accepted < drafted)
-            self.tried, self.accepted = 0.9 * self.tried + tried, 0.9 * self.accepted + accepted
-            self.long_tried, self.long_accepted = 0.99 * self.long_tried + tried, 0.99 * self.long_accepted + accepted
+    def add(self, accepted: int, drafted: int) -> int:
+        """A verified round; returns the drafted tokens it judged (a token is tried only after those before it were
+        accepted: m successes, then a failure)."""
+        if drafted == 0:
+            return 0
+        accepted = min(accepted, drafted)
+        tried = accepted + (accepted < drafted)
+        self.tried, self.accepted = 0.9 * self.tried + tried, 0.9 * self.accepted + accepted
+        self.long_tried, self.long_accepted = 0.99 * self.long_tried + tried, 0.99 * self.long_accepted + accepted
+        return tried
 
     @property
     def known(self) -> bool:

@@ -126,9 +126,7 @@ class PacerStopRule:
         target's confidence in the last token it chose (`target_scores`: its scores at that position)."""
         if self.reads_loop:
             self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
-        self.recent.add(accepted, drafted)
-        if drafted > 0:
-            self.judged += min(accepted, drafted) + (accepted < drafted)
+        self.judged += self.recent.add(accepted, drafted)
 
     def drafts_this_round(self, unread: int = 1) -> bool:
         """Whether this round drafts at all. The pre-verifier decides once tokens are drafted, so a draft that cannot
@@ -150,12 +148,13 @@ class PacerStopRule:
             recent.skipped, recent.probe_every = 0, PROBE_EVERY
             return True
         recent.skipped += 1
-        if not known_loser:
-            probe = recent.skipped > PROBE_EVERY
-        else:
+        if known_loser:
             probe = (recent.skipped > recent.probe_every
                      and unread * recent.read_seconds <= PROBE_SHARE * recent.skipped * table[0])
-            recent.probe_every = min(2 * recent.probe_every, MAX_PROBE_EVERY) if probe else recent.probe_every
+            if probe:
+                recent.probe_every = min(2 * recent.probe_every, MAX_PROBE_EVERY)
+        else:
+            probe = recent.skipped > PROBE_EVERY
         if probe:
             recent.skipped = 0
         return probe
