@@ -54,7 +54,7 @@ class ReferenceStop:
     def __init__(self, trim: bool):
         self.trim_rejected, self.reference, self.position, self.drafted, self.trim = trim, [], 0, 0, 0
 
-    def drafts_this_round(self, unread: int = 1) -> bool:
+    def drafts_this_round(self, unread: int = 1, left: int | None = None) -> bool:
         return True
 
     def read(self, tokens: int, seconds: float) -> None:

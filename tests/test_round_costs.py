@@ -358,3 +358,36 @@ def test_acceptance_estimate_counts_the_tokens_tried():
     rule.end_round(3, 0, scores)
     assert rule.recent.share == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
     assert not rule.drafts_this_round()
+
+
+def test_a_known_pair_reads_a_long_prompt_only_when_the_answer_left_can_win_it_back():
+    """For a known pair, a round that drafts first makes the draft read every token it has not seen: the rule drafts
+    only when that catch-up, at the draft's measured reading speed, costs at most what the best length is expected
+    to save over the tokens the call may still generate (at the better of the recent and long-run share). A pair
+    that pays a little starts a long prompt with a short answer plain and its probes wait too; the same prompt with
+    a long answer left, a pair that pays well, a short catch-up, or a pair not yet known, drafts at once."""
+    from pacer_hf.loops.stop_rule import PacerStopRule, RecentAcceptance, _saving_per_token
+    from pacer_hf.stats import PacerStats
+
+    preverifier = _expected_gain_preverifier(build_draft(build_model("llama"), "noisy"))
+    costs = RoundCosts([1.0, 1.9, 2.4, 2.8, 3.1, 3.35, 3.55], "given", online=False)
+    table = costs.seconds()
+
+    def pair(share: float, judged: float = 200.0) -> RecentAcceptance:
+        recent = RecentAcceptance(long_tried=judged, long_accepted=share * (judged + 2) - 1)
+        recent.read(400, 400 * table[0] / 20)  # the draft reads 20 tokens in a target step's time
+        return recent
+
+    little = pair(0.8)
+    saving = _saving_per_token(little.long_share, table)
+    assert 0 < saving < 0.2 * table[0], "drafting pays, a little"
+    read = 400 * little.read_seconds
+    short, long = int(read / saving) // 2, int(read / saving) * 2
+    rule = PacerStopRule(preverifier, PacerStats("t"), costs, recent=little)
+    assert not any(rule.drafts_this_round(400 + i, short - i) for i in range(40)), "no read, no probe"
+    assert PacerStopRule(preverifier, PacerStats("t"), costs, recent=pair(0.8)).drafts_this_round(400, long)
+    assert PacerStopRule(preverifier, PacerStats("t"), costs, recent=pair(0.8)).drafts_this_round(2, short)
+    assert PacerStopRule(preverifier, PacerStats("t"), costs, recent=pair(0.97)).drafts_this_round(400, short)
+    assert PacerStopRule(preverifier, PacerStats("t"), costs, recent=pair(0.8, judged=8.0)).drafts_this_round(400, 4)
+    for share in (0.0, 0.3, 0.6, 0.8, 0.95):
+        assert (_saving_per_token(share, table) > 0) == _pays_at(share, table)

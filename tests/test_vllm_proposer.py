@@ -181,6 +181,30 @@ def test_proposer_drafts_are_lookup_prefixes_and_pay_on_repetitive_text():
         stats.proposed_by_batch), "acceptances are filed under the batch size the drafts were proposed at"
 
 
+def test_proposer_times_the_batch_own_size_before_drafting_there():
+    """Drafts are judged against the plain step at the batch's own size: where the engine never timed it (a busy
+    batch drafts in every step, so every timed step is larger), the proposer proposes nothing in clean steps until
+    that size has its own measurements, then drafts by the curve."""
+    proposer = PacerLookupProposer(vllm_config(k=6))
+    proposer.costs = linear_costs(0.010, 0.00001, sizes=range(3, 40))
+    engine = FakeEngine([repetitive(0), repetitive(1)])
+    engine.add(0, 12)
+    engine.add(1, 12)
+    sampled = [[engine.full[0][12]], [engine.full[1][12]]]
+    counts = []
+    for _ in range(4):
+        drafts = proposer.propose(sampled, np.array(engine.length), engine.buffer)
+        counts.append(sum(map(len, drafts)))
+        sampled = engine.step(drafts)
+    assert counts[0] > 0 and counts[1:] == [0, 0, 0], "new rows: no clean step to time; then three plain steps"
+    proposer.propose(sampled, np.array(engine.length), engine.buffer)
+    assert proposer.costs.measured(2)
+    for _ in range(70):  # plain steps as a real engine times them (these are instant); past a refit
+        proposer.costs.observe(2, 0.010 + 0.00001 * 2)
+    drafts = proposer.propose(engine.step([[], []]), np.array(engine.length), engine.buffer)
+    assert sum(map(len, drafts)) > 0
+
+
 def test_proposer_follows_rows_that_move_and_skips_rows_in_prefill():
     proposer = PacerLookupProposer(vllm_config())
     engine = FakeEngine([repetitive(2), repetitive(3), repetitive(4)])

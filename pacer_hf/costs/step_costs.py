@@ -55,6 +55,10 @@ class StepCosts(CostCurve):
         """{N: {"median_s", "steps"}} of the measured token counts (stats and docs)."""
         return {n: {"median_s": statistics.median(w), "steps": len(w)} for n, w in sorted(self.samples.items())}
 
+    def measured(self, tokens: int) -> bool:
+        """Whether g(tokens) rests on its own steps (`min_samples` of them) rather than on other sizes."""
+        return len(self.samples.get(tokens, ())) >= self.min_samples
+
     def token_can_pay(self, rows: int) -> bool:
         """Whether a draft token accepted for sure (survival 1) would raise tokens per second at this batch: when
         not, no draft can, and the lookups can be skipped."""

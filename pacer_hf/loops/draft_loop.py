@@ -57,7 +57,8 @@ class PacerCandidateGenerator(CandidateGenerator):
         cur_len = input_ids.shape[1]
         budget = min(self.max_draft_tokens, self.max_length - cur_len - 1)
         # else a plain step; the stop rule prices the tokens the draft would read first
-        drafts = budget > 0 and (self.stop is None or self.stop.drafts_this_round(cur_len - self._kept(cur_len)))
+        unread, left = cur_len - self._kept(cur_len), self.max_length - cur_len
+        drafts = budget > 0 and (self.stop is None or self.stop.drafts_this_round(unread, left))
         n, processed = self._draft(input_ids, budget) if drafts else (0, [])
         # untimed: the first round (it also reads the prompt) and a trimmed one (it drafted more than it proposes)
         self.record.proposed(n, start if self.record.rounds > 0 and len(processed) == n else None)

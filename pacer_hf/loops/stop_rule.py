@@ -68,16 +68,16 @@ def block_scorer(preverifier: PacerPreVerifier, draft_device: torch.device | Non
     return BlockScorer(preverifier)
 
 
-def _some_length_pays(share: float, table: list[float]) -> bool:
-    """Whether some draft length k, each token accepted with `share` given those before it were, is expected to yield
-    more tokens per second than a plain step under the round costs `table` (seconds of a round drafting k tokens)."""
-    tokens, alive = 1.0, 1.0
+def _saving_per_token(share: float, table: list[float]) -> float:
+    """Seconds per generated token that the best draft length k saves against plain steps, each drafted token
+    accepted with `share` given those before it were, under the round costs `table` (seconds of a round drafting k
+    tokens); 0 when no length pays."""
+    tokens, alive, best = 1.0, 1.0, table[0]
     for k in range(1, len(table)):
         alive *= share
         tokens += alive
-        if tokens / table[k] > 1.0 / table[0]:
-            return True
-    return False
+        best = min(best, table[k] / tokens)
+    return table[0] - best
 
 
 class PacerStopRule:
@@ -128,7 +128,7 @@ class PacerStopRule:
             self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
         self.judged += self.recent.add(accepted, drafted)
 
-    def drafts_this_round(self, unread: int = 1) -> bool:
+    def drafts_this_round(self, unread: int = 1, left: int | None = None) -> bool:
         """Whether this round drafts at all. The pre-verifier decides once tokens are drafted, so a draft that cannot
         pay would still cost one draft step and a wider verify every round; before drafting, the expected-gain rule
         under measured costs asks whether any draft length, at the pair's per-token acceptance (`RecentAcceptance`,
@@ -138,13 +138,16 @@ class PacerStopRule:
         A probe round drafts anyway, so the estimate follows the text: after `PROBE_EVERY` plain rounds; for a pair
         known not to pay, after `probe_every` plain rounds (doubled by each probe that leaves drafting unpaid, up to
         `MAX_PROBE_EVERY`) and only once the draft's catch-up over the `unread` tokens it skipped, at its measured
-        reading speed, costs at most `PROBE_SHARE` of those plain rounds' time."""
+        reading speed, costs at most `PROBE_SHARE` of those plain rounds' time. For a known pair every round that
+        drafts must also win back that catch-up (`_read_pays`) within the `left` tokens the call may still generate:
+        a draft that pays a little does not read a long prompt for a short answer."""
         recent = self.recent
         if self.costs is None or self.preverifier.config.decision_rule != "expected_gain":
             return True
         table = self.costs.seconds()
-        known_loser = recent.known and not _some_length_pays(recent.long_share, table)
-        if (self.judged < MIN_TRIED and not known_loser) or _some_length_pays(recent.share, table):
+        known_loser = recent.known and _saving_per_token(recent.long_share, table) <= 0
+        pays = _saving_per_token(recent.share, table) > 0
+        if ((self.judged < MIN_TRIED and not known_loser) or pays) and self._read_pays(unread, left, table):
             recent.skipped, recent.probe_every = 0, PROBE_EVERY
             return True
         recent.skipped += 1
@@ -154,10 +157,20 @@ class PacerStopRule:
             if probe:
                 recent.probe_every = min(2 * recent.probe_every, MAX_PROBE_EVERY)
         else:
-            probe = recent.skipped > PROBE_EVERY
+            probe = recent.skipped > PROBE_EVERY and self._read_pays(unread, left, table)
         if probe:
             recent.skipped = 0
         return probe
+
+    def _read_pays(self, unread: int, left: int | None, table: list[float]) -> bool:
+        """Whether the draft's catch-up over `unread` tokens, at its measured reading speed, costs at most what
+        drafting is expected to save over the `left` tokens still to generate, at the better of the pair's recent
+        and long-run acceptance. Always true for a pair not yet `known`, or before the speed or `left` is known."""
+        recent = self.recent
+        if not recent.known or left is None or not recent.read_seconds:
+            return True
+        share = max(recent.share, recent.long_share)
+        return unread * recent.read_seconds <= left * _saving_per_token(share, table)
 
     def read(self, tokens: int, seconds: float) -> None:
         """The draft read `tokens` tokens it had not seen in `seconds` (what a probe's catch-up will cost)."""

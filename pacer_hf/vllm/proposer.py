@@ -163,7 +163,7 @@ class PacerLookupProposer:
             self.stats.step_seconds += start - self._last_return
         gate = self.compiled
         counts = np.zeros(len(rows), dtype=np.int64)
-        if decoding and self.costs.token_can_pay(decoding):
+        if decoding and self.costs.token_can_pay(decoding) and not (clean and self.measures_plain_step(decoding)):
             live = np.array([i for i, entry in enumerate(rows) if entry is not None], dtype=np.int64)
             lengths = np.asarray(num_tokens_no_spec[: len(rows)], dtype=np.int64)
             rooms = np.minimum(self.scored, self.max_model_len - lengths - 1)
@@ -194,6 +194,12 @@ class PacerLookupProposer:
         if self._stats_path and stats.steps % STATS_EVERY == 0:
             self.write_stats()
         return drafts
+
+    def measures_plain_step(self, rows: int) -> bool:
+        """Whether this step proposes nothing so that the engine's plain step at `rows` tokens, the one every draft
+        is judged against, gets timed: a busy batch drafts in every step, so its plain step would otherwise be a
+        guess from larger and smaller steps, and a guess above the real cost makes drafts look better than they are."""
+        return not self.costs.measured(rows)
 
     def _copy(self, text: np.ndarray) -> np.ndarray | None:
         return text.copy() if self.suffix_cache is not None else None
