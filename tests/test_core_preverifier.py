@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -209,19 +210,19 @@ def test_stopping_criteria_decisions_equal_deciding_on_the_full_rerun(pair, scor
 
 
 def test_compiled_rule_equals_the_expected_gain_rule():
-    """The CPU loop's compiled expected-gain rule (stop-only, measured round costs) answers what
-    `expected_gain_continues` answers: random logits, block sizes 1-3, round tables shorter than the round
-    (extended by `costs.curve.extrapolate`, as the loop extends them) and stepped ones; then inside `PacerStopRule`,
-    against `decide` on the round's logits."""
+    """The CPU loop's compiled expected-gain rule (measured round costs), stop-only and trimming (greedy), answers
+    what `expected_gain_continues` and `best_prefix` answer: random logits, block sizes 1-3, round tables shorter
+    than the round (extended by `costs.curve.extrapolate`, as the loop extends them) and stepped ones; then inside
+    `PacerStopRule`, against `decide` on the round's logits with and without `trim_failed_block`."""
     from pacer_hf.costs.curve import extrapolate
     from pacer_hf.costs.round_costs import RoundCosts
-    from pacer_hf.loops.preverifier_kernel import _continues
+    from pacer_hf.loops.preverifier_kernel import _best_prefix, _continues
     from pacer_hf.loops.stop_rule import PacerStopRule
-    from pacer_hf.modeling_pacer import expected_gain_continues
+    from pacer_hf.modeling_pacer import best_prefix, expected_gain_continues
     from pacer_hf.stats import PacerStats
 
     rng = np.random.default_rng(0)
-    answers = []
+    answers, trims = [], []
     for _ in range(3000):
         block, cap, n = int(rng.integers(1, 4)), int(rng.integers(4, 25)), 0
         n = int(rng.integers(1, cap + 1))
@@ -229,16 +230,23 @@ def test_compiled_rule_equals_the_expected_gain_rule():
         table = 1.0 + np.cumsum(rng.uniform(0.0, 0.6, int(rng.integers(2, 30))))
         table[rng.integers(0, len(table), 3)] += rng.uniform(0, 1.5, 3)  # a stepped curve: dear widths
         probs = [1.0 / (1.0 + math.exp(-min(max(x, -60.0), 60.0))) for x in logits.tolist()]
-        expected = expected_gain_continues(probs, block, cap, {"round_cost": table.tolist(), "draft_cost": 0.1})
-        assert _continues(logits, n, block, cap, extrapolate(table, np.arange(cap + 1))) == expected, (block, cap, n)
+        costs, seconds = {"round_cost": table.tolist(), "draft_cost": 0.1}, extrapolate(table, np.arange(cap + 1))
+        expected = expected_gain_continues(probs, block, cap, costs)
+        assert _continues(logits, n, block, cap, seconds, -1.0) == expected, (block, cap, n)
+        trimming = expected_gain_continues(probs, block, cap, costs, trim=True)
+        assert _continues(logits, n, block, cap, seconds, 0.1) == trimming, (block, cap, n)
+        assert _best_prefix(logits, n, seconds, 0.1) == best_prefix(probs, costs)
         answers.append(expected)
+        trims.append(best_prefix(probs, costs) < n)
     assert 0.2 < np.mean(answers) < 0.8, "both answers exercised"
+    assert 0.1 < np.mean(trims) < 0.9, "trimmed and whole rounds exercised"
     torch.manual_seed(0)
-    for block in (1, 2):
+    for block, trim in itertools.product((1, 2), (False, True)):
         pv = PacerPreVerifier(PacerConfig(draft_hidden_size=16, max_draft_tokens=12, block_size=block,
-                                          decision_rule="expected_gain", calibration=COSTS, initializer_range=0.5)).eval()
+                                          decision_rule="expected_gain", calibration=COSTS, initializer_range=0.5,
+                                          trim_failed_block=trim)).eval()
         stop = PacerStopRule(pv, PacerStats(strategy="pacer"), RoundCosts([1.0, 1.9, 2.0, 2.9, 3.0, 3.1, 4.5], "given"))
-        assert stop.compiled_rule
+        assert stop.compiled_rule and stop.trims == trim
         decided = 0
         for _ in range(20):
             stop.start_round()

@@ -179,6 +179,11 @@ def test_pacer_costs_errors_name_the_argument(targets):
         lookup(target, pacer_costs="prior")  # the default gate ships no training machine's table
 
 
+def _drafted(stats) -> list[int]:
+    """Tokens drafted per round: those proposed plus those a greedy round's best prefix left out."""
+    return [n + stats.trimmed.get(i, 0) for i, n in enumerate(stats.draft_lengths)]
+
+
 def _expected_gain_preverifier(draft, **overrides):
     calibration = {"draft_cost": 0.1, "verify_cost": [1.0 + 0.1 * k for k in range(9)], "round_overhead": 0.1}
     return make_preverifier(draft, decision_rule="expected_gain", calibration=calibration, block_size=1,
@@ -201,7 +206,7 @@ def test_a_draft_that_cannot_pay_falls_back_to_plain_steps(kind, per_token, plai
     out = target.generate(ids, max_new_tokens=64, do_sample=False, assistant_model=draft,
                           pacer=_expected_gain_preverifier(draft), pacer_costs=costs)
     assert torch.equal(out, expected)
-    lengths = pacer_hf.last_stats(target).draft_lengths[:-1]  # the last round's budget may be cut by max_new_tokens
+    lengths = _drafted(pacer_hf.last_stats(target))[:-1]  # the last round's budget may be cut by max_new_tokens
     if plain:
         assert lengths[0] > 0, "the first round drafts: nothing is known of the draft yet"
         drafting = [i for i, n in enumerate(lengths) if n > 0]
@@ -233,20 +238,20 @@ def test_a_pair_that_did_not_pay_starts_its_next_call_plain():
         return pacer_hf.last_stats(target)
 
     first = call(draft)
-    assert first.draft_lengths[0] > 0, "nothing known of the pair yet: the first call drafts"
+    assert _drafted(first)[0] > 0, "nothing known of the pair yet: the first call drafts"
     recent = recent_acceptance_for(target, draft, do_sample=False)
     calls = 1
     while not recent.known:  # a few calls' worth of judged tokens
-        assert call(draft).draft_lengths[0] > 0, "not known yet: each call judges its own first tokens"
+        assert _drafted(call(draft))[0] > 0, "not known yet: each call judges its own first tokens"
         calls += 1
         assert calls < 20
     assert recent.long_share < 0.5
     later = call(draft)
-    assert later.draft_lengths[:4] == [0, 0, 0, 0], later.draft_lengths
+    assert _drafted(later)[:4] == [0, 0, 0, 0], _drafted(later)
     assert later.draft_forwards < first.draft_forwards
     assert recent_acceptance_for(target, draft, do_sample=True).tried == 0, "sampling keeps its own"
     fresh = build_draft(target, "random")
-    assert call(fresh).draft_lengths[0] > 0, "another draft starts fresh"
+    assert _drafted(call(fresh))[0] > 0, "another draft starts fresh"
 
 
 def _pays_at(share: float, table: list[float]) -> bool:
@@ -366,7 +371,7 @@ def test_a_known_pair_reads_a_long_prompt_only_when_the_answer_left_can_win_it_b
     to save over the tokens the call may still generate (at the better of the recent and long-run share). A pair
     that pays a little starts a long prompt with a short answer plain and its probes wait too; the same prompt with
     a long answer left, a pair that pays well, a short catch-up, or a pair not yet known, drafts at once."""
-    from pacer_hf.loops.stop_rule import PacerStopRule, RecentAcceptance, _saving_per_token
+    from pacer_hf.loops.stop_rule import PacerStopRule, RecentAcceptance, saving_per_token
     from pacer_hf.stats import PacerStats
 
     preverifier = _expected_gain_preverifier(build_draft(build_model("llama"), "noisy"))
@@ -379,7 +384,7 @@ def test_a_known_pair_reads_a_long_prompt_only_when_the_answer_left_can_win_it_b
         return recent
 
     little = pair(0.8)
-    saving = _saving_per_token(little.long_share, table)
+    saving = saving_per_token(little.long_share, table)
     assert 0 < saving < 0.2 * table[0], "drafting pays, a little"
     read = 400 * little.read_seconds
     short, long = int(read / saving) // 2, int(read / saving) * 2
@@ -390,4 +395,4 @@ def test_a_known_pair_reads_a_long_prompt_only_when_the_answer_left_can_win_it_b
     assert PacerStopRule(preverifier, PacerStats("t"), costs, recent=pair(0.97)).drafts_this_round(400, short)
     assert PacerStopRule(preverifier, PacerStats("t"), costs, recent=pair(0.8, judged=8.0)).drafts_this_round(400, 4)
     for share in (0.0, 0.3, 0.6, 0.8, 0.95):
-        assert (_saving_per_token(share, table) > 0) == _pays_at(share, table)
+        assert (saving_per_token(share, table) > 0) == _pays_at(share, table)

@@ -61,7 +61,7 @@ class PacerCandidateGenerator(CandidateGenerator):
         drafts = budget > 0 and (self.stop is None or self.stop.drafts_this_round(unread, left))
         n, processed = self._draft(input_ids, budget) if drafts else (0, [])
         # untimed: the first round (it also reads the prompt) and a trimmed one (it drafted more than it proposes)
-        self.record.proposed(n, start if self.record.rounds > 0 and len(processed) == n else None)
+        self.record.proposed(n, start if self.record.rounds > 0 and len(processed) == n else None, len(processed))
         if n == 0:
             return input_ids, None
         # A view: the verification loop reads the candidates before the next round writes `ids` again.

@@ -144,20 +144,24 @@ def _score(logits, mantissas, exponents, token, hidden, row, hidden_w, hidden_b,
 
 
 @compiled()
-def _continues(logits, n, block_size, max_tokens, table):
+def _continues(logits, n, block_size, max_tokens, table, per_token):
     """`modeling_pacer.expected_gain_continues` for one row under measured round costs `table` (seconds of a round
     drafting k = 0..max_tokens tokens, no pre-verifier term), from the acceptance logits of the n tokens drafted so
     far: the same arithmetic in the same order, without the Python calls that made it most of the rule's time per
-    token."""
+    token. `per_token` >= 0 (greedy, trimming): stopping now proposes the best prefix, none included, each drafted
+    token left out still costing `per_token` (`modeling_pacer.stop_rate`); < 0: the whole round (stop-only)."""
     tokens, survival, future = 1.0, 1.0, 0.0
+    best = 1.0 / (table[0] + n * per_token) if per_token >= 0 else 0.0
     for i in range(n):
         p = 1.0 / (1.0 + math.exp(-min(max(logits[i], -60.0), 60.0)))
         survival *= p
         tokens += survival
+        if per_token >= 0:
+            best = max(best, tokens / (table[i + 1] + (n - i - 1) * per_token))
         if i >= n - block_size:
             future += p
     future /= max(min(block_size, n), 1)
-    rate_now = tokens / table[n]
+    rate_now = best if per_token >= 0 else tokens / table[n]
     for extra in range(1, (max_tokens - n) // block_size + 1):
         for _ in range(block_size):
             survival *= future
@@ -165,6 +169,22 @@ def _continues(logits, n, block_size, max_tokens, table):
         if tokens / table[n + extra * block_size] > rate_now:
             return True
     return False
+
+
+@compiled()
+def _best_prefix(logits, n, table, per_token):
+    """`modeling_pacer.best_prefix` under measured round costs: how many of the n drafted tokens to propose (greedy),
+    the prefix with the highest expected rate, the drafting paid (`per_token` per token left out); ties to the
+    shorter."""
+    tokens, survival = 1.0, 1.0
+    best, best_rate = 0, 1.0 / (table[0] + n * per_token)
+    for k in range(1, n + 1):
+        survival *= 1.0 / (1.0 + math.exp(-min(max(logits[k - 1], -60.0), 60.0)))
+        tokens += survival
+        rate = tokens / (table[k] + (n - k) * per_token)
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best
 
 
 def round_scorer(model: PacerPreVerifier) -> CompiledRoundScorer | None:
@@ -231,10 +251,15 @@ class CompiledRoundScorer:
             self.values, n, self.scale, self.features)
         return float(self.logits[n])
 
-    def continues(self, round_seconds: np.ndarray, block_size: int) -> bool:
-        """The expected-gain rule (stop-only) on the round scored so far, under measured round costs (seconds for
-        k = 0..max_draft_tokens drafted tokens): what `PacerPreVerifier.decide` answers for them, compiled."""
-        return bool(_continues(self.logits, self.length, block_size, self.max_tokens, round_seconds))
+    def continues(self, round_seconds: np.ndarray, block_size: int, trim_per_token: float = -1.0) -> bool:
+        """The expected-gain rule on the round scored so far, under measured round costs (seconds for
+        k = 0..max_draft_tokens drafted tokens): what `PacerPreVerifier.decide` answers for them, compiled.
+        `trim_per_token` >= 0: the trimming rule (greedy), a drafted token left out costing that much."""
+        return bool(_continues(self.logits, self.length, block_size, self.max_tokens, round_seconds, trim_per_token))
+
+    def best_prefix(self, round_seconds: np.ndarray, per_token: float) -> int:
+        """How many of the round's drafted tokens to propose (greedy): `modeling_pacer.best_prefix`, compiled."""
+        return int(_best_prefix(self.logits, self.length, round_seconds, per_token))
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:

@@ -4,6 +4,7 @@ decision to draft at all (`PacerStopRule.drafts_this_round`, docs/ALGORITHM.md "
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -58,6 +59,13 @@ class RecentAcceptance:
         self.long_tried, self.long_accepted = 0.99 * self.long_tried + tried, 0.99 * self.long_accepted + accepted
         return tried
 
+    def add_predicted(self, probability: float) -> int:
+        """A round trimmed to nothing (no verdict): its first drafted token counts as judged, accepted with the
+        pre-verifier's `probability`, so a pair whose drafts the pre-verifier keeps dropping stops drafting them."""
+        self.tried, self.accepted = 0.9 * self.tried + 1, 0.9 * self.accepted + probability
+        self.long_tried, self.long_accepted = 0.99 * self.long_tried + 1, 0.99 * self.long_accepted + probability
+        return 1
+
     @property
     def known(self) -> bool:
         """Whether the pair's long-run counts rest on `MIN_EVIDENCE` judged tokens (a few calls' worth)."""
@@ -76,6 +84,23 @@ class RecentAcceptance:
         """The draft read `tokens` tokens it had not seen in `seconds` (its first forward of a round)."""
         if tokens >= 16:  # a short read is mostly the forward's fixed cost
             self.read_seconds = seconds / tokens
+
+
+def probability(logit: float) -> float:
+    """An acceptance logit as a probability, clamped as `PacerPreVerifier.decide` clamps it."""
+    return 1.0 / (1.0 + math.exp(-min(max(logit, -60.0), 60.0)))
+
+
+def saving_per_token(share: float, table: list[float]) -> float:
+    """Seconds per generated token that the best draft length k saves against plain steps, each drafted token
+    accepted with `share` given those before it were, under the round costs `table` (seconds of a round drafting k
+    tokens); 0 when no length pays."""
+    tokens, alive, best = 1.0, 1.0, table[0]
+    for k in range(1, len(table)):
+        alive *= share
+        tokens += alive
+        best = min(best, table[k] / tokens)
+    return table[0] - best
 
 
 def recent_acceptance_for(model: PreTrainedModel, draft: PreTrainedModel | None, do_sample: bool) -> RecentAcceptance:

@@ -37,7 +37,14 @@ from ..costs import (
     timer,
 )
 from ..costs.curve import extrapolate
-from ..modeling_pacer import PacerPreVerifier, calibrated_round_time, loop_features, rows_continue
+from ..modeling_pacer import (
+    PacerPreVerifier,
+    best_prefix,
+    calibrated_round_time,
+    expected_gain_continues,
+    loop_features,
+    rows_continue,
+)
 from ..stats import PacerStats
 from .block_scorer import BlockScorer, GraphBlockScorer
 from .draft_forwards import draft_step_timer
@@ -47,7 +54,9 @@ from .recent_acceptance import (
     PROBE_EVERY,
     PROBE_SHARE,
     RecentAcceptance,
+    probability,
     recent_acceptance_for,
+    saving_per_token,
 )
 
 
@@ -68,28 +77,15 @@ def block_scorer(preverifier: PacerPreVerifier, draft_device: torch.device | Non
     return BlockScorer(preverifier)
 
 
-def _saving_per_token(share: float, table: list[float]) -> float:
-    """Seconds per generated token that the best draft length k saves against plain steps, each drafted token
-    accepted with `share` given those before it were, under the round costs `table` (seconds of a round drafting k
-    tokens); 0 when no length pays."""
-    tokens, alive, best = 1.0, 1.0, table[0]
-    for k in range(1, len(table)):
-        alive *= share
-        tokens += alive
-        best = min(best, table[k] / tokens)
-    return table[0] - best
-
-
 class PacerStopRule:
     """The pre-verifier deciding, after every `block_size` drafted tokens, whether the next block is worth drafting.
 
-    Stop-only: a failed block has been drafted and is still verified, which keeps sampling exact. With
-    `trim_failed_block` (greedy only) `trim` says how many trailing tokens to drop instead. `costs`: the round costs
-    measured where the call runs (expected-gain rules); None decides with the pre-verifier's stored calibration.
-    """
+    Stop-only under sampling (a failed block is still verified: exact). In a greedy call (`trim`, or with
+    `trim_failed_block`) a stopped round proposes its best prefix, none included (`best_prefix`), and `self.trim`
+    says how many tokens to drop. `costs`: measured round costs (expected gain); None: the stored calibration."""
 
     def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None,
-                 draft_device: torch.device | None = None, recent: RecentAcceptance | None = None):
+                 draft_device: torch.device | None = None, recent: RecentAcceptance | None = None, trim: bool = False):
         self.preverifier = preverifier.eval()
         self.costs = costs
         self.block_size = preverifier.config.block_size
@@ -105,9 +101,11 @@ class PacerStopRule:
         self.token_logits: list[float] = []  # acceptance logits of every token drafted this round
         self.round_costs: dict | None = None  # `costs_now()` as the round started
         config = preverifier.config
-        # the stop-only expected-gain rule under measured costs, compiled beside the scorer (`decide` otherwise)
-        self.compiled_rule = (self.scorer is not None and config.decision_rule == "expected_gain"
-                              and not config.trim_failed_block)
+        expected_gain = config.decision_rule == "expected_gain"
+        self.trims = expected_gain and (trim or config.trim_failed_block)  # greedy: a stopped round's best prefix
+        # the expected-gain rule under measured costs, compiled beside the scorer (`decide` otherwise)
+        self.compiled_rule = self.scorer is not None and expected_gain
+        self.unjudged: float | None = None  # a round trimmed to nothing: its first token's predicted acceptance
         self.seconds_by_length: np.ndarray | None = None  # the round costs for k = 0..max_draft_tokens
         self.trim = 0
         self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
@@ -127,6 +125,9 @@ class PacerStopRule:
         if self.reads_loop:
             self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
         self.judged += self.recent.add(accepted, drafted)
+        if drafted == 0 and self.unjudged is not None:  # trimmed to nothing: no verdict, the prediction stands in
+            self.judged += self.recent.add_predicted(self.unjudged)
+        self.unjudged = None
 
     def drafts_this_round(self, unread: int = 1, left: int | None = None) -> bool:
         """Whether this round drafts at all. The pre-verifier decides once tokens are drafted, so a draft that cannot
@@ -137,16 +138,15 @@ class PacerStopRule:
         were judged (one bad round is no evidence), unless the pair is `known` not to pay: such a pair starts plain.
         A probe round drafts anyway, so the estimate follows the text: after `PROBE_EVERY` plain rounds; for a pair
         known not to pay, after `probe_every` plain rounds (doubled by each probe that leaves drafting unpaid, up to
-        `MAX_PROBE_EVERY`) and only once the draft's catch-up over the `unread` tokens it skipped, at its measured
-        reading speed, costs at most `PROBE_SHARE` of those plain rounds' time. For a known pair every round that
-        drafts must also win back that catch-up (`_read_pays`) within the `left` tokens the call may still generate:
-        a draft that pays a little does not read a long prompt for a short answer."""
+        `MAX_PROBE_EVERY`) and only once the draft's catch-up over the `unread` tokens it skipped costs at most
+        `PROBE_SHARE` of those plain rounds' time. A known pair's rounds must also win back that catch-up within
+        the `left` tokens the call may still generate (`_read_pays`)."""
         recent = self.recent
         if self.costs is None or self.preverifier.config.decision_rule != "expected_gain":
             return True
         table = self.costs.seconds()
-        known_loser = recent.known and _saving_per_token(recent.long_share, table) <= 0
-        pays = _saving_per_token(recent.share, table) > 0
+        known_loser = recent.known and saving_per_token(recent.long_share, table) <= 0
+        pays = saving_per_token(recent.share, table) > 0
         if ((self.judged < MIN_TRIED and not known_loser) or pays) and self._read_pays(unread, left, table):
             recent.skipped, recent.probe_every = 0, PROBE_EVERY
             return True
@@ -163,14 +163,13 @@ class PacerStopRule:
         return probe
 
     def _read_pays(self, unread: int, left: int | None, table: list[float]) -> bool:
-        """Whether the draft's catch-up over `unread` tokens, at its measured reading speed, costs at most what
-        drafting is expected to save over the `left` tokens still to generate, at the better of the pair's recent
-        and long-run acceptance. Always true for a pair not yet `known`, or before the speed or `left` is known."""
+        """Whether the draft's catch-up over `unread` tokens costs at most what drafting is expected to save over
+        the `left` tokens still to generate, at the better of the recent and long-run share (true until known)."""
         recent = self.recent
         if not recent.known or left is None or not recent.read_seconds:
             return True
         share = max(recent.share, recent.long_share)
-        return unread * recent.read_seconds <= left * _saving_per_token(share, table)
+        return unread * recent.read_seconds <= left * saving_per_token(share, table)
 
     def read(self, tokens: int, seconds: float) -> None:
         """The draft read `tokens` tokens it had not seen in `seconds` (what a probe's catch-up will cost)."""
@@ -188,11 +187,10 @@ class PacerStopRule:
             self.blocks.start([self.loop])
 
     def costs_now(self) -> dict | None:
-        """The costs `decide` reads: measured ones (`draft_cost`: what trimming a drafted token cannot save), or
-        None for the stored calibration."""
+        """The costs `decide` reads: measured (`draft_cost`: what trimming cannot save), or None (calibration)."""
         if self.costs is None:
             return None
-        return {"round_cost": self.costs.seconds(), "draft_cost": self.costs.token_seconds()}
+        return {"round_cost": self.costs.seconds(), "draft_cost": self.costs.token_seconds() or 0.0}
 
     @torch.no_grad()
     def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
@@ -211,11 +209,26 @@ class PacerStopRule:
                 self.token_logits = scored[0]
         stop = False
         if done and self.compiled_rule and self.round_costs is not None:
-            stop = not self.scorer.continues(self.seconds_by_length, self.block_size)
+            per_token = self.round_costs["draft_cost"] if self.trims else -1.0
+            stop = not self.scorer.continues(self.seconds_by_length, self.block_size, per_token)
+            if stop and self.trims:
+                self.trim = len(self.token_logits) - self.scorer.best_prefix(self.seconds_by_length, per_token)
         elif done:
-            stop, self.trim = self.preverifier.decide(self.token_logits, self.round_costs)
+            stop, self.trim = self._decide()
+        if stop and self.trim == len(self.token_logits):
+            self.unjudged = probability(self.token_logits[0])
         self.stats.preverifier_seconds += self._seconds(start)
         return stop
+
+    def _decide(self) -> tuple[bool, int]:
+        """`PacerPreVerifier.decide` on the round's logits, trimming in a greedy call as `trim_failed_block` does."""
+        if not self.trims or (preverifier := self.preverifier).config.trim_failed_block:
+            return self.preverifier.decide(self.token_logits, self.round_costs)
+        probs = [probability(x) for x in self.token_logits]
+        costs = self.round_costs or preverifier.config.calibration
+        if expected_gain_continues(probs, self.block_size, preverifier.config.max_draft_tokens, costs, trim=True):
+            return False, 0
+        return True, len(probs) - best_prefix(probs, costs)
 
     def _seconds(self, start: float) -> float:
         """The rule's own time since `start`: on the graph path its host work and the graphs' device time, not the
@@ -235,8 +248,10 @@ class RoundRecord:
         self.clock = RoundClock(costs)
         self.rounds = 0
 
-    def proposed(self, tokens: int, start: float | None) -> None:
-        """A round hands out `tokens` candidates; `start`: when its work began (None leaves it untimed)."""
+    def proposed(self, tokens: int, start: float | None, drafted: int | None = None) -> None:
+        """A round hands out `tokens` of the `drafted` it drafted; `start`: when its work began (None: untimed)."""
+        if drafted is not None and drafted > tokens:
+            self.stats.trimmed[self.rounds] = drafted - tokens
         self.stats.target_forwards += 1
         self.stats.draft_lengths.append(tokens)
         self.clock.handed_out(tokens, start)
@@ -381,4 +396,5 @@ def stop_rule_for(context, stats: PacerStats, max_tokens: int) -> PacerStopRule 
         stats.use_costs(costs)
     draft_device = context.draft.device if context.draft is not None else None
     recent = recent_acceptance_for(context.model, context.draft, context.do_sample)
-    return PacerStopRule(preverifier, stats, costs, draft_device=draft_device, recent=recent)
+    return PacerStopRule(preverifier, stats, costs, draft_device=draft_device, recent=recent,
+                         trim=not context.do_sample)
