@@ -37,14 +37,7 @@ from ..costs import (
     timer,
 )
 from ..costs.curve import extrapolate
-from ..modeling_pacer import (
-    PacerPreVerifier,
-    best_prefix,
-    calibrated_round_time,
-    expected_gain_continues,
-    loop_features,
-    rows_continue,
-)
+from ..modeling_pacer import PacerPreVerifier, calibrated_round_time, loop_features, rows_continue
 from ..stats import PacerStats
 from .block_scorer import BlockScorer, GraphBlockScorer
 from .draft_forwards import draft_step_timer
@@ -80,12 +73,12 @@ def block_scorer(preverifier: PacerPreVerifier, draft_device: torch.device | Non
 class PacerStopRule:
     """The pre-verifier deciding, after every `block_size` drafted tokens, whether the next block is worth drafting.
 
-    Stop-only under sampling (a failed block is still verified: exact). In a greedy call (`trim`, or with
-    `trim_failed_block`) a stopped round proposes its best prefix, none included (`best_prefix`), and `self.trim`
-    says how many tokens to drop. `costs`: measured round costs (expected gain); None: the stored calibration."""
+    Stop-only: a failed block is still verified (exact under sampling). With `trim_failed_block` (greedy only) a
+    stopped round proposes a prefix instead, and `self.trim` says how many tokens to drop. `costs`: measured round
+    costs (expected gain); None: the stored calibration."""
 
     def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None,
-                 draft_device: torch.device | None = None, recent: RecentAcceptance | None = None, trim: bool = False):
+                 draft_device: torch.device | None = None, recent: RecentAcceptance | None = None):
         self.preverifier = preverifier.eval()
         self.costs = costs
         self.block_size = preverifier.config.block_size
@@ -102,7 +95,7 @@ class PacerStopRule:
         self.round_costs: dict | None = None  # `costs_now()` as the round started
         config = preverifier.config
         expected_gain = config.decision_rule == "expected_gain"
-        self.trims = expected_gain and (trim or config.trim_failed_block)  # greedy: a stopped round's best prefix
+        self.trims = expected_gain and config.trim_failed_block  # greedy only: a stopped round's best prefix
         # the expected-gain rule under measured costs, compiled beside the scorer (`decide` otherwise)
         self.compiled_rule = self.scorer is not None and expected_gain
         self.unjudged: float | None = None  # a round trimmed to nothing: its first token's predicted acceptance
@@ -214,21 +207,11 @@ class PacerStopRule:
             if stop and self.trims:
                 self.trim = len(self.token_logits) - self.scorer.best_prefix(self.seconds_by_length, per_token)
         elif done:
-            stop, self.trim = self._decide()
+            stop, self.trim = self.preverifier.decide(self.token_logits, self.round_costs)
         if stop and self.trim == len(self.token_logits):
             self.unjudged = probability(self.token_logits[0])
         self.stats.preverifier_seconds += self._seconds(start)
         return stop
-
-    def _decide(self) -> tuple[bool, int]:
-        """`PacerPreVerifier.decide` on the round's logits, trimming in a greedy call as `trim_failed_block` does."""
-        if not self.trims or (preverifier := self.preverifier).config.trim_failed_block:
-            return self.preverifier.decide(self.token_logits, self.round_costs)
-        probs = [probability(x) for x in self.token_logits]
-        costs = self.round_costs or preverifier.config.calibration
-        if expected_gain_continues(probs, self.block_size, preverifier.config.max_draft_tokens, costs, trim=True):
-            return False, 0
-        return True, len(probs) - best_prefix(probs, costs)
 
     def _seconds(self, start: float) -> float:
         """The rule's own time since `start`: on the graph path its host work and the graphs' device time, not the
@@ -396,5 +379,4 @@ def stop_rule_for(context, stats: PacerStats, max_tokens: int) -> PacerStopRule 
         stats.use_costs(costs)
     draft_device = context.draft.device if context.draft is not None else None
     recent = recent_acceptance_for(context.model, context.draft, context.do_sample)
-    return PacerStopRule(preverifier, stats, costs, draft_device=draft_device, recent=recent,
-                         trim=not context.do_sample)
+    return PacerStopRule(preverifier, stats, costs, draft_device=draft_device, recent=recent)
