@@ -10,7 +10,7 @@ class PacerStats:
     """Counters of one `generate` call through a pacer_hf strategy.
 
     `draft_lengths[i]` tokens were proposed in round i and the target accepted `accepted[i]` of them;
-    `trimmed[i]`, where present, more were drafted in round i and left out (a greedy round's best prefix);
+    `trimmed[i]`, where present, more were drafted in round i and left out (`trim_failed_block`, greedy only);
     every round costs one target forward (the first one also reads the prompt). `loop` is the
     verification loop that ran: "lean" (pacer_hf's) or "transformers" (`_assisted_decoding`);
     `draft_forward` the draft's forward that ran: "lean" (`lean_draft.py`), "model" (its own

@@ -4,7 +4,6 @@ decision to draft at all (`PacerStopRule.drafts_this_round`, docs/ALGORITHM.md "
 
 from __future__ import annotations
 
-import math
 import weakref
 from dataclasses import dataclass
 
@@ -84,11 +83,6 @@ class RecentAcceptance:
         """The draft read `tokens` tokens it had not seen in `seconds` (its first forward of a round)."""
         if tokens >= 16:  # a short read is mostly the forward's fixed cost
             self.read_seconds = seconds / tokens
-
-
-def probability(logit: float) -> float:
-    """An acceptance logit as a probability, clamped as `PacerPreVerifier.decide` clamps it."""
-    return 1.0 / (1.0 + math.exp(-min(max(logit, -60.0), 60.0)))
 
 
 def saving_per_token(share: float, table: list[float]) -> float:

@@ -17,6 +17,7 @@ between calls (`recent_acceptance.py`).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import time
 from collections.abc import Callable
@@ -47,7 +48,6 @@ from .recent_acceptance import (
     PROBE_EVERY,
     PROBE_SHARE,
     RecentAcceptance,
-    probability,
     recent_acceptance_for,
     saving_per_token,
 )
@@ -68,6 +68,11 @@ def block_scorer(preverifier: PacerPreVerifier, draft_device: torch.device | Non
     if graphs and device.type == "cuda" and preverifier.device == device:
         return GraphBlockScorer.for_preverifier(preverifier)
     return BlockScorer(preverifier)
+
+
+def _probability(logit: float) -> float:
+    """An acceptance logit as a probability, clamped as `PacerPreVerifier.decide` clamps it."""
+    return 1.0 / (1.0 + math.exp(-min(max(logit, -60.0), 60.0)))
 
 
 class PacerStopRule:
@@ -138,9 +143,10 @@ class PacerStopRule:
         if self.costs is None or self.preverifier.config.decision_rule != "expected_gain":
             return True
         table = self.costs.seconds()
-        known_loser = recent.known and saving_per_token(recent.long_share, table) <= 0
-        pays = saving_per_token(recent.share, table) > 0
-        if ((self.judged < MIN_TRIED and not known_loser) or pays) and self._read_pays(unread, left, table):
+        saving_now, saving_long = saving_per_token(recent.share, table), saving_per_token(recent.long_share, table)
+        known_loser = recent.known and saving_long <= 0
+        read_pays = self._read_pays(unread, left, max(saving_now, saving_long))
+        if ((self.judged < MIN_TRIED and not known_loser) or saving_now > 0) and read_pays:
             recent.skipped, recent.probe_every = 0, PROBE_EVERY
             return True
         recent.skipped += 1
@@ -150,19 +156,19 @@ class PacerStopRule:
             if probe:
                 recent.probe_every = min(2 * recent.probe_every, MAX_PROBE_EVERY)
         else:
-            probe = recent.skipped > PROBE_EVERY and self._read_pays(unread, left, table)
+            probe = recent.skipped > PROBE_EVERY and read_pays
         if probe:
             recent.skipped = 0
         return probe
 
-    def _read_pays(self, unread: int, left: int | None, table: list[float]) -> bool:
+    def _read_pays(self, unread: int, left: int | None, saving: float) -> bool:
         """Whether the draft's catch-up over `unread` tokens costs at most what drafting is expected to save over
-        the `left` tokens still to generate, at the better of the recent and long-run share (true until known)."""
+        the `left` tokens still to generate, `saving` seconds a token (the better of the recent and long-run share's:
+        the saving grows with the share); true until the pair is known."""
         recent = self.recent
         if not recent.known or left is None or not recent.read_seconds:
             return True
-        share = max(recent.share, recent.long_share)
-        return unread * recent.read_seconds <= left * saving_per_token(share, table)
+        return unread * recent.read_seconds <= left * saving
 
     def read(self, tokens: int, seconds: float) -> None:
         """The draft read `tokens` tokens it had not seen in `seconds` (what a probe's catch-up will cost)."""
@@ -209,7 +215,7 @@ class PacerStopRule:
         elif done:
             stop, self.trim = self.preverifier.decide(self.token_logits, self.round_costs)
         if stop and self.trim == len(self.token_logits):
-            self.unjudged = probability(self.token_logits[0])
+            self.unjudged = _probability(self.token_logits[0])
         self.stats.preverifier_seconds += self._seconds(start)
         return stop
 
