@@ -15,7 +15,9 @@ from conftest import build_draft, build_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import pacer_hf
+from pacer_hf import PacerPreVerifier
 from pacer_hf._paths import hub_cards_dir
+from pacer_hf.modeling_pacer import draft_signature
 from pacer_hf.training import fit as fit_module
 from pacer_hf.training import fit_calibrate, fit_train
 from pacer_hf.training.fit_data import build_prompts, user_requests
@@ -100,17 +102,60 @@ def test_rerun_resumes_after_an_interruption_in_training(tiny, tokenizer, tmp_pa
     monkeypatch.setattr(fit_calibrate, "COST_REPEATS", 2)
     monkeypatch.setattr(fit_calibrate, "LOOP_TOKENS", 12)
     answers = (out / "fit-work" / "answers-greedy.jsonl").read_text()
-    assert list((out / "fit-work" / "trainer-greedy").glob("checkpoint-*"))
+    assert list((out / "fit-work" / "trainer-greedy-fresh").glob("checkpoint-*"))
 
     def no_more_answers(*args, **kwargs):
         raise AssertionError("the answers stage had finished: a rerun must not generate again")
 
     monkeypatch.setattr(fit_module, "generate_answers", no_more_answers)
-    pv = pacer_hf.fit_preverifier(target, draft, tokenizer, prompts=PROMPTS, output_dir=out, speed_check=False,
-                                  budget_s=120, **SMALL)  # a budget is not part of what a rerun must repeat
-    assert pv.fit_report["training"]["resumed_from"].startswith("checkpoint-")
+    pacer_hf.fit_preverifier(target, draft, tokenizer, prompts=PROMPTS, output_dir=out, speed_check=False,
+                             budget_s=120, **SMALL)  # a budget is not part of what a rerun must repeat
+    fresh = json.loads((out / "fit-work" / "candidate-greedy-fresh" / "fit_training.json").read_text())
+    assert fresh["resumed_from"].startswith("checkpoint-")
     assert (out / "fit-work" / "answers-greedy.jsonl").read_text() == answers
     assert (out / "model.safetensors").is_file() and "not measured" in (out / "README.md").read_text()
+
+
+def test_a_fit_keeps_the_candidate_that_predicts_held_out_rounds_better(tiny, tokenizer, tmp_path, monkeypatch):
+    target, draft = tiny
+    out = tmp_path / "pv"
+    pv = pacer_hf.fit_preverifier(target, draft, tokenizer, prompts=PROMPTS, output_dir=out, speed_check=False, **SMALL)
+    work = out / "fit-work"
+    candidates = pv.fit_report["training"]["start"]
+    runs = {name: json.loads((work / f"candidate-greedy-{name}" / "fit_training.json").read_text())
+            for name in fit_train.CANDIDATES}
+    losses = {name: run["choosing log-loss"] for name, run in runs.items()}
+    kept = min(losses, key=losses.get)
+    assert (pv.config.input_mode == "features") == (kept == "default")  # fresh ones read hidden states too
+    assert f"{min(losses.values()):.4f}" in candidates and f"{max(losses.values()):.4f}" in candidates
+    # the choice follows the held-out loss: make each candidate the better one in turn
+    for better in fit_train.CANDIDATES:
+        monkeypatch.setattr(fit_train, "log_loss", lambda model, data, b=better: float(
+            (model.config.input_mode == "features") != (b == "default")))
+        model, run = fit_train.train_candidates(
+            work / "traces-greedy-train", work / "traces-greedy-heldout", tmp_path / better, "greedy",
+            default=pacer_hf.default_preverifier(), seconds=None, step_seconds_fresh=0.01, max_draft_tokens=8)
+        assert run["chosen"] == better and set(run["candidates"]) == set(fit_train.CANDIDATES)
+        assert (model.config.input_mode == "features") == (better == "default")
+
+
+def test_the_default_starts_a_fit_for_longer_rounds_and_for_its_draft_only(tiny):
+    target, draft = tiny
+    default = pacer_hf.default_preverifier()
+    signature = draft_signature(draft.config)
+    manifest = {"config": {"max_draft_tokens": default.config.max_draft_tokens + 8}, "draft_model": "tiny-draft",
+                "target_model": "tiny-target", "draft_signature": signature, "label_kind": "greedy"}
+    start = fit_train.fine_tune_start(default, manifest, max_draft_tokens=4)
+    rows, old = start.position.weight.detach(), default.position.weight.detach()
+    assert start.config.max_draft_tokens == len(rows) == len(old) + 8
+    assert torch.equal(rows[: len(old)], old) and torch.equal(rows[len(old):], old[-1].expand(8, -1))
+    assert default.config.draft_signature is None and default.config.max_draft_tokens == len(old)  # a copy
+    start.check_draft(draft)  # features only: any hidden size, but the pair's draft
+    other = build_model("llama", vocab_size=draft.config.vocab_size, hidden=48, layers=3)
+    with pytest.raises(ValueError, match="trained for draft tiny-draft"):
+        start.check_draft(other)
+    with pytest.raises(ValueError, match="features-only"):
+        fit_train.fine_tune_start(PacerPreVerifier.from_draft(draft), manifest, max_draft_tokens=4)
 
 
 def test_prompts_from_a_list_a_jsonl_file_and_a_dataset_agree(tokenizer, tmp_path):

@@ -254,14 +254,14 @@ class PacerPreVerifier(PreTrainedModel):
         return PacerOutput(loss=loss, logits=logits, cache=present)
 
     def check_draft(self, draft_model: PreTrainedModel) -> None:
-        """Refuse a draft other than the one this pre-verifier reads (hidden size, architecture); features only and
-        no `draft_signature` (the default pre-verifier) reads what every causal LM gives, so any draft passes."""
+        """Refuse a draft other than the one this pre-verifier reads (hidden size, architecture); features only (any
+        hidden size) and no `draft_signature` (the default pre-verifier): any draft passes, it reads what all give."""
         config = self.config
         if config.input_mode == "features" and not config.draft_signature:
             return
         lm_head = draft_model.get_output_embeddings()
         hidden = int(lm_head.in_features) if lm_head is not None else None
-        if hidden != config.draft_hidden_size:
+        if config.input_mode != "features" and hidden != config.draft_hidden_size:
             raise ValueError(
                 f"The pre-verifier expects draft hidden size {config.draft_hidden_size}, the draft has {hidden}: it "
                 f"was built for another draft ({config.draft_model or 'unnamed'}). Use a pre-verifier trained for "

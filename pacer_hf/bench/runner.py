@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import statistics
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -74,16 +75,21 @@ class BenchResult:
 
 
 class PoolIsolation:
-    """One Ouroboros phrase pool per strategy, emptied at the start of every run.
+    """One Ouroboros phrase pool per strategy, emptied at the start of every run; one memory of the pair's acceptance
+    per strategy, kept across runs.
 
     pacer_hf keeps one pool per (target, draft) across calls (warm start). Interleaved, `ouroboros` and
     `pacer+ouroboros` would read each other's phrases for the very prompt being decoded, and run 2 would
     replay run 1's outputs; so each strategy gets its own pool, warm across the prompts of one run only.
+    The stop rule's memory of the pair (`loops/recent_acceptance.py`) is per (target, draft) as well: interleaved,
+    `pacer` and `pacer-default` would each start from what the other learned, so each has its own, as a process
+    serving one of them would.
     """
 
     def __init__(self, target: PreTrainedModel, draft: PreTrainedModel):
         self.target, self.draft = target, draft
         self.saved: dict[str, Any] = {}
+        self.memories: dict[str, Any] = {}
         self.caches = BenchSuffixCaches()  # the suffix caches too: each prompt once per run, earlier prompts only
 
     def new_run(self) -> None:
@@ -92,6 +98,28 @@ class PoolIsolation:
 
     @contextmanager
     def around(self, strategy: Strategy) -> Iterator[None]:
+        with self._memory(strategy), self._pool(strategy):
+            yield
+
+    @contextmanager
+    def _memory(self, strategy: Strategy) -> Iterator[None]:
+        state = ModelState(self.target)
+        if self.draft is None:
+            yield
+            return
+        if state.recent_acceptance is None:
+            state.recent_acceptance = weakref.WeakKeyDictionary()
+        state.recent_acceptance.pop(self.draft, None)
+        if strategy.name in self.memories:
+            state.recent_acceptance[self.draft] = self.memories[strategy.name]
+        try:
+            yield
+        finally:
+            if self.draft in state.recent_acceptance:
+                self.memories[strategy.name] = state.recent_acceptance.pop(self.draft)
+
+    @contextmanager
+    def _pool(self, strategy: Strategy) -> Iterator[None]:
         config = strategy_config(strategy.name) if strategy.family == "registered" else None
         if not isinstance(config, OuroborosConfig):
             yield
@@ -125,23 +153,41 @@ def _with_config(preverifier: PacerPreVerifier, **changes) -> PacerPreVerifier:
     return variant
 
 
-def preverifier_variants(preverifier: PacerPreVerifier | None,
-                         sampling: PacerPreVerifier | None = None) -> dict[str, PacerPreVerifier]:
-    """`pacer` is the given pre-verifier; `pacer-b1` the same weights with a copied config, block_size=1.
+def preverifier_variants(preverifier: PacerPreVerifier | None, sampling: PacerPreVerifier | None = None,
+                         device: str | torch.device = "cpu") -> dict[str, PacerPreVerifier]:
+    """`pacer` is the given pre-verifier; `pacer-b1` the same weights with a copied config, block_size=1;
+    `pacer-default` the default pre-verifier shipped in pacer_hf (what `pacer=True` uses for a draft without one).
 
     Sampling runs ("@sampling") use `sampling` (a pre-verifier trained for sampled rounds) when given, else the
     same, with trim_failed_block=False: trimming is exact for greedy only, and generate refuses it when sampling.
     """
+    defaults = {"pacer-default": lambda: pacer_hf.default_preverifier(False, device),
+                "pacer-default@sampling": lambda: pacer_hf.default_preverifier(True, device)}
+    variants = LazyVariants(defaults)
     if preverifier is None:
-        return {}
+        return variants
 
     def named(module: PacerPreVerifier) -> dict[str, PacerPreVerifier]:
         return {"pacer": module, "pacer-b1": _with_config(module, block_size=1)}
 
-    variants = named(preverifier)
+    variants.update(named(preverifier))
     for name, module in named(sampling if sampling is not None else preverifier).items():
         variants[f"{name}@sampling"] = _with_config(module, trim_failed_block=False)
     return variants
+
+
+class LazyVariants(dict):
+    """Pre-verifiers by strategy name; the default ones are loaded the first time a strategy asks for them."""
+
+    def __init__(self, loaders: dict):
+        super().__init__()
+        self.loaders = loaders
+
+    def __missing__(self, name: str) -> PacerPreVerifier:
+        if name not in self.loaders:
+            raise KeyError(name)
+        self[name] = self.loaders[name]()
+        return self[name]
 
 
 @dataclass
@@ -194,7 +240,8 @@ def run_benchmark(
     oracle_gamma = max(8, preverifier.config.max_draft_tokens if preverifier is not None else 0)
     strategies = resolve_strategies(names, preverifier is not None, oracle_gamma, has_draft=draft is not None)
     running = [s for s in strategies if s.runs]
-    preverifiers = preverifier_variants(preverifier, sampling_preverifier)
+    preverifiers = preverifier_variants(preverifier, sampling_preverifier,
+                                        draft.device if draft is not None else "cpu")
     if not any(prompts.values()):
         raise ValueError("No prompts to run.")
     if costs is None and config.cost_repeats == 0:

@@ -42,8 +42,8 @@ SUFFIX_CACHE_TOKENS = 262_144
 QUICK_REGISTERED = ("pearl", "ouroboros", "pacer+ouroboros")  # registry presets a --quick run includes
 # Names only the benchmark knows; every other name is looked up in the strategy registry.
 BASE_NAMES = ("ar", "sd-fixed", "hf-fixed-<γ>", "hf-fixed", "hf-heuristic", "hf-confidence",
-              "hf-confidence-static", "pacer", "pacer-b1", "oracle", "hf-lookup-<N>", "hf-lookup", "lookup-oracle",
-              "pacer-lookup-default", *SUFFIX_NAMES)
+              "hf-confidence-static", "pacer", "pacer-b1", "pacer-default", "oracle", "hf-lookup-<N>", "hf-lookup",
+              "lookup-oracle", "pacer-lookup-default", *SUFFIX_NAMES)
 
 
 class StaticConfidenceCandidateGenerator(AssistedCandidateGenerator):
@@ -111,6 +111,7 @@ def default_strategy_names(quick: bool, has_preverifier: bool, has_draft: bool =
     names += ["hf-heuristic", "hf-confidence", "hf-confidence-static"]
     if has_preverifier:
         names += ["pacer", "pacer-b1"]
+    names.append("pacer-default")  # what `pacer=True` gives a draft with no pre-verifier of its own
     registered = QUICK_REGISTERED if quick else sorted(STRATEGIES)
     names += [name for name in registered if name not in names and (has_preverifier or not _needs_preverifier(name))
               and not isinstance(strategy_config(name), LookupConfig)]
@@ -182,6 +183,8 @@ def _resolve_one(name: str, has_preverifier: bool) -> list[Strategy]:
             raise ValueError(f"Strategy {name!r} needs a trained pre-verifier: pass --preverifier PATH (or "
                              "preverifier= in Python); with the demo pair it defaults to hub_cards/demo-preverifier.")
         return [Strategy(name, "pacer", None, {}, block_size=1 if name == "pacer-b1" else None, needs_preverifier=True)]
+    if name == "pacer-default":
+        return [Strategy(name, "pacer", None, {})]
     if name == "oracle":
         return [Strategy("oracle", "oracle")]
     if name == "lookup-oracle":

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from ..modeling_pacer import PacerPreVerifier
 from .fit_data import build_prompts, fastest_dtype, generate_answers, read_answers
 from .fit_setup import FitPlan, check_arguments, load_models, open_work, resolve_device
-from .fit_train import epochs_for, step_seconds, train_with_checkpoints
+from .fit_train import step_seconds, train_candidates
 
 DECODINGS = ("greedy", "sampling", "both")
 
@@ -137,12 +137,13 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
     stages.update()
     clock, trained = time.perf_counter(), work.path / f"trained-{mode}"
     if not (trained / "model.safetensors").is_file():
-        rows = _rows(traces["train"])
-        limit = plan.train_seconds()
-        epochs = epochs_for(rows, limit, step_seconds(max_draft_tokens, plan.draft_hidden, device=device))
-        preverifier, run = train_with_checkpoints(traces["train"], traces["heldout"], work.path / f"trainer-{mode}",
-                                                  epochs=epochs, seconds=limit, max_draft_tokens=max_draft_tokens,
-                                                  decoding=mode, seed=seed, progress=progress, device=device)
+        from ..attached import default_preverifier
+
+        preverifier, run = train_candidates(
+            traces["train"], traces["heldout"], work.path, mode, default=default_preverifier(mode == "sampling"),
+            seconds=plan.train_seconds(), step_seconds_fresh=step_seconds(max_draft_tokens, plan.draft_hidden,
+                                                                         device=device),
+            max_draft_tokens=max_draft_tokens, seed=seed, progress=progress, device=device)
         preverifier.save_pretrained(trained)
         (trained / "fit_training.json").write_text(json.dumps(run, indent=1))
     run = json.loads((trained / "fit_training.json").read_text())
@@ -169,10 +170,16 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
     return _finish(preverifier, run, calibration, speed, answers, mode, seconds, names, plan, budget_s, started)
 
 
-def _rows(folder: Path) -> int:
-    from .traces import load_traces
-
-    return len(load_traces(folder))
+def _start(run: dict) -> str:
+    """Which candidate the fit kept and why, for the card (fits made before there were two say so)."""
+    if "candidates" not in run:
+        return "trained from scratch"
+    fresh, default = (run["candidates"][name]["choosing log-loss"] for name in ("fresh", "default"))
+    kept = "pacer_hf's default pre-verifier fine-tuned on the pair's rounds" if run["chosen"] == "default" else \
+        "trained from scratch on the draft's hidden states"
+    return (f"{kept}: held-out log-loss {min(fresh, default):.4f} against {max(fresh, default):.4f} for the "
+            f"{'one trained from scratch' if run['chosen'] == 'default' else 'fine-tuned default'} (the half of the "
+            "held-out texts calibration chooses on)")
 
 
 def _finish(preverifier, run, calibration, speed, answers, mode, seconds, names, plan, budget_s, started):
@@ -189,6 +196,7 @@ def _finish(preverifier, run, calibration, speed, answers, mode, seconds, names,
                  f"drafted tokens traced along them with {names['draft']}"),
         "training": {**{k: run[k] for k in ("train_rows", "epochs_done", "steps", "stopped_by_time", "resumed_from",
                                              "train_loss")},
+                     "start": _start(run),
                      "answers": len(answers), "answer tokens": tokens, "answers dtype": plan.state_dtype(mode)},
         "auc": calibration["auc"], "ece": calibration["ece"], "heldout_rounds": calibration["rounds"],
         "simulated": {f"simulated {name} vs target alone (report split)": calibration["table"][key]

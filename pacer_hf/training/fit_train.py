@@ -3,10 +3,17 @@
 `train_preverifier` (the `pacer-hf train` command) trains to the end in one go; a fit runs under a budget and may be
 interrupted, so here the Trainer saves a checkpoint every `checkpoint_every` optimizer steps (and when the time is up)
 and a rerun resumes from the last one (`resume_from_checkpoint`), optimizer and schedule included.
+
+A fit trains two candidates and keeps the one that predicts held-out rounds better (`train_candidates`): one from
+scratch on the pair's draft hidden states, and the default pre-verifier fine-tuned on the pair's rounds. A few
+thousand rounds are too few for the first to beat what the second learned from several pairs, and the second
+still needs the pair's rounds to be calibrated for it.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import math
 import time
 from pathlib import Path
@@ -18,7 +25,11 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from ..modeling_pacer import PacerPreVerifier
 from .traces import load_traces, read_manifest
-from .train import PacerTrainer, TraceCollator, auc_ece, build_preverifier, predict_probs, prepare
+from .train import PacerTrainer, TraceCollator, auc_ece, build_preverifier, predict_probs, prepare, split_by_text
+
+FINE_TUNE_LEARNING_RATE = 3e-4  # a tenth of a fresh start's would barely move it; 1e-3 forgets more
+FINE_TUNE_EPOCHS = 5.0
+CANDIDATES = ("fresh", "default")
 
 
 class TimeLimit(TrainerCallback):
@@ -40,12 +51,16 @@ class TimeLimit(TrainerCallback):
 def train_with_checkpoints(train_traces: Path, eval_traces: Path, output_dir: Path, *, epochs: float,
                            seconds: float | None, max_draft_tokens: int, decoding: str, seed: int = 0,
                            batch_size: int = 64, learning_rate: float = 1e-3, checkpoint_every: int = 50,
-                           progress: bool = True, device: str = "cpu") -> tuple[PacerPreVerifier, dict]:
-    """Train a fresh pre-verifier on `train_traces` (resuming from the last checkpoint in `output_dir`), stopping
-    after `epochs` or `seconds`; returns it with AUC/ECE on `eval_traces` and what the run did."""
+                           progress: bool = True, device: str = "cpu",
+                           start: PacerPreVerifier | None = None) -> tuple[PacerPreVerifier, dict]:
+    """Train a fresh pre-verifier (or fine-tune `start`) on `train_traces`, resuming from the last checkpoint in
+    `output_dir`, stopping after `epochs` or `seconds`; returns it with AUC/ECE on `eval_traces` and the run."""
     manifest = read_manifest(train_traces)
     set_seed(seed)
-    model = build_preverifier(manifest, max_draft_tokens=max_draft_tokens, decoding=decoding)
+    if start is None:
+        model = build_preverifier(manifest, max_draft_tokens=max_draft_tokens, decoding=decoding)
+    else:
+        model = fine_tune_start(start, manifest, max_draft_tokens)
     train_set, eval_set = prepare(load_traces(train_traces)), prepare(load_traces(eval_traces))
     steps_per_epoch = max(1, math.ceil(len(train_set) / batch_size))
     checkpoint_every = max(1, min(checkpoint_every, steps_per_epoch))  # at least one checkpoint an epoch
@@ -77,6 +92,68 @@ def train_with_checkpoints(train_traces: Path, eval_traces: Path, output_dir: Pa
            "eval_accept_rate": float(labels[labels >= 0].mean()) if (labels >= 0).any() else float("nan")}
     model.config.training = {k: run[k] for k in ("train_rows", "eval_rows", "epochs_done", "steps", "auc", "ece")}
     return model, run
+
+
+def fine_tune_start(start: PacerPreVerifier, manifest: dict, max_draft_tokens: int) -> PacerPreVerifier:
+    """A copy of `start` (a features-only pre-verifier: the default one) to fine-tune on this pair's rounds. Positions
+    past its last begin as its last (the pair's rounds may be longer than those it learned from), and the copy names
+    the pair's draft, so `check_draft` refuses it for another one."""
+    if start.config.input_mode != "features":
+        raise ValueError("Only a features-only pre-verifier (input_mode='features') can start a fit for another "
+                         f"draft; this one reads hidden states ({start.config.input_mode!r}).")
+    model = copy.deepcopy(start).float().train()
+    config = model.config
+    steps = max(manifest["config"]["max_draft_tokens"], max_draft_tokens)
+    if steps > config.max_draft_tokens:
+        old = model.position.weight.data
+        model.position = torch.nn.Embedding(steps, old.shape[1])
+        model.position.weight.data[: len(old)] = old
+        model.position.weight.data[len(old):] = old[-1]
+        config.max_draft_tokens = steps
+    config.draft_model, config.target_model = manifest["draft_model"], manifest["target_model"]
+    config.draft_signature = manifest["draft_signature"]
+    if manifest.get("label_kind"):
+        config.decoding = manifest["label_kind"]
+    return model
+
+
+def log_loss(model: PacerPreVerifier, dataset) -> float:
+    """Mean binary cross-entropy of the predicted acceptance over valid tokens (soft labels as weights)."""
+    probs, labels = predict_probs(model, dataset)
+    valid = labels >= 0
+    p, y = np.clip(probs[valid].astype(np.float64), 1e-6, 1 - 1e-6), labels[valid].astype(np.float64)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def train_candidates(train_traces: Path, eval_traces: Path, work: Path, mode: str, *, default: PacerPreVerifier,
+                     seconds: float | None, step_seconds_fresh: float, max_draft_tokens: int, seed: int = 0,
+                     progress: bool = True, device: str = "cpu") -> tuple[PacerPreVerifier, dict]:
+    """Train both candidates (each resumable under `work`, each given half of `seconds`) and return the one with the
+    lower log-loss on the half of the held-out texts that calibration chooses its setting on (the other half, which
+    the card reports on, plays no part), with its run and both candidates' figures."""
+    rows = len(load_traces(train_traces))
+    share = None if seconds is None else seconds / len(CANDIDATES)
+    choose = prepare(split_by_text(load_traces(eval_traces), 0.5, seed + 1)[0])
+    scores, runs = {}, {}
+    for name in CANDIDATES:
+        folder = work / f"candidate-{mode}-{name}"
+        if not (folder / "model.safetensors").is_file():
+            start = default if name == "default" else None
+            epochs = (min(FINE_TUNE_EPOCHS, epochs_for(rows, share, step_seconds_fresh)) if start is not None
+                      else epochs_for(rows, share, step_seconds_fresh))
+            model, run = train_with_checkpoints(
+                train_traces, eval_traces, work / f"trainer-{mode}-{name}", epochs=epochs, seconds=share,
+                max_draft_tokens=max_draft_tokens, decoding=mode, seed=seed, progress=progress, device=device,
+                start=start, **({"learning_rate": FINE_TUNE_LEARNING_RATE} if start is not None else {}))
+            run["choosing log-loss"] = round(log_loss(model, choose), 5)
+            model.save_pretrained(folder)
+            (folder / "fit_training.json").write_text(json.dumps(run, indent=1))
+        runs[name] = json.loads((folder / "fit_training.json").read_text())
+        scores[name] = runs[name]["choosing log-loss"]
+    chosen = min(CANDIDATES, key=lambda name: scores[name])
+    run = dict(runs[chosen], chosen=chosen, candidates={
+        name: {k: runs[name][k] for k in ("auc", "ece", "choosing log-loss", "epochs_done")} for name in CANDIDATES})
+    return PacerPreVerifier.from_pretrained(work / f"candidate-{mode}-{chosen}"), run
 
 
 def epochs_for(rows: int, seconds: float | None, step_seconds: float, batch_size: int = 64, most: float = 8.0) -> float:
