@@ -154,7 +154,8 @@ METHOD = """## How these numbers are made
   the draft's generation config for each call, restored afterwards.
 - `pacer`: the given pre-verifier; `pacer-b1`: the same weights with its config copied and
   `block_size=1`; `pacer-default`: pacer_hf's default pre-verifier (what `pacer=True` uses for a draft
-  with no pre-verifier of its own). Each keeps its own memory of the pair's acceptance across the run. PEARL / Ouroboros variants run by name from the strategy registry (`pacer_hf.strategy_names()`).
+  with no pre-verifier of its own). Each keeps its own memory of the pair's acceptance across the run.
+  PEARL / Ouroboros variants run by name from the strategy registry (`pacer_hf.strategy_names()`).
 - τ = new tokens / target forwards, α = accepted / drafted tokens. Target and draft forwards are
   counted by the harness (forward hooks on the target and on the draft's lm_head) for every strategy,
   except draft forwards of pacer_hf strategies that ran the lean draft forward (it bypasses the draft's

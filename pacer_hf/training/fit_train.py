@@ -139,10 +139,10 @@ def train_candidates(train_traces: Path, eval_traces: Path, work: Path, mode: st
         folder = work / f"candidate-{mode}-{name}"
         if not (folder / "model.safetensors").is_file():
             start = default if name == "default" else None
-            epochs = (min(FINE_TUNE_EPOCHS, epochs_for(rows, share, step_seconds_fresh)) if start is not None
-                      else epochs_for(rows, share, step_seconds_fresh))
+            tuning = {"most": FINE_TUNE_EPOCHS} if start is not None else {}
             model, run = train_with_checkpoints(
-                train_traces, eval_traces, work / f"trainer-{mode}-{name}", epochs=epochs, seconds=share,
+                train_traces, eval_traces, work / f"trainer-{mode}-{name}", seconds=share,
+                epochs=epochs_for(rows, share, step_seconds_fresh, **tuning),
                 max_draft_tokens=max_draft_tokens, decoding=mode, seed=seed, progress=progress, device=device,
                 start=start, **({"learning_rate": FINE_TUNE_LEARNING_RATE} if start is not None else {}))
             run["choosing log-loss"] = round(log_loss(model, choose), 5)
