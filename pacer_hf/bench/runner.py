@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import statistics
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ import pacer_hf
 from ..attached import ATTACHED_SLOTS, detach, reattach
 from ..costs import CostModel
 from ..data.prompts import CATEGORIES, Prompt
+from ..loops.recent_acceptance import pair_memories
 from ..model_state import ModelState
 from ..modeling_pacer import PacerPreVerifier
 from ..strategies import OuroborosConfig, strategy_config
@@ -103,20 +103,18 @@ class PoolIsolation:
 
     @contextmanager
     def _memory(self, strategy: Strategy) -> Iterator[None]:
-        state = ModelState(self.target)
         if self.draft is None:
             yield
             return
-        if state.recent_acceptance is None:
-            state.recent_acceptance = weakref.WeakKeyDictionary()
-        state.recent_acceptance.pop(self.draft, None)
+        memories = pair_memories(self.target)
+        memories.pop(self.draft, None)
         if strategy.name in self.memories:
-            state.recent_acceptance[self.draft] = self.memories[strategy.name]
+            memories[self.draft] = self.memories[strategy.name]
         try:
             yield
         finally:
-            if self.draft in state.recent_acceptance:
-                self.memories[strategy.name] = state.recent_acceptance.pop(self.draft)
+            if self.draft in memories:
+                self.memories[strategy.name] = memories.pop(self.draft)
 
     @contextmanager
     def _pool(self, strategy: Strategy) -> Iterator[None]:
@@ -153,41 +151,24 @@ def _with_config(preverifier: PacerPreVerifier, **changes) -> PacerPreVerifier:
     return variant
 
 
-def preverifier_variants(preverifier: PacerPreVerifier | None, sampling: PacerPreVerifier | None = None,
-                         device: str | torch.device = "cpu") -> dict[str, PacerPreVerifier]:
-    """`pacer` is the given pre-verifier; `pacer-b1` the same weights with a copied config, block_size=1;
-    `pacer-default` the default pre-verifier shipped in pacer_hf (what `pacer=True` uses for a draft without one).
+def preverifier_variants(preverifier: PacerPreVerifier | None,
+                         sampling: PacerPreVerifier | None = None) -> dict[str, PacerPreVerifier]:
+    """`pacer` is the given pre-verifier; `pacer-b1` the same weights with a copied config, block_size=1
+    (`pacer-default` needs none of them: it is the default pre-verifier, `timed_call._pacer_argument`).
 
     Sampling runs ("@sampling") use `sampling` (a pre-verifier trained for sampled rounds) when given, else the
     same, with trim_failed_block=False: trimming is exact for greedy only, and generate refuses it when sampling.
     """
-    defaults = {"pacer-default": lambda: pacer_hf.default_preverifier(False, device),
-                "pacer-default@sampling": lambda: pacer_hf.default_preverifier(True, device)}
-    variants = LazyVariants(defaults)
     if preverifier is None:
-        return variants
+        return {}
 
     def named(module: PacerPreVerifier) -> dict[str, PacerPreVerifier]:
         return {"pacer": module, "pacer-b1": _with_config(module, block_size=1)}
 
-    variants.update(named(preverifier))
+    variants = named(preverifier)
     for name, module in named(sampling if sampling is not None else preverifier).items():
         variants[f"{name}@sampling"] = _with_config(module, trim_failed_block=False)
     return variants
-
-
-class LazyVariants(dict):
-    """Pre-verifiers by strategy name; the default ones are loaded the first time a strategy asks for them."""
-
-    def __init__(self, loaders: dict):
-        super().__init__()
-        self.loaders = loaders
-
-    def __missing__(self, name: str) -> PacerPreVerifier:
-        if name not in self.loaders:
-            raise KeyError(name)
-        self[name] = self.loaders[name]()
-        return self[name]
 
 
 @dataclass
@@ -240,8 +221,7 @@ def run_benchmark(
     oracle_gamma = max(8, preverifier.config.max_draft_tokens if preverifier is not None else 0)
     strategies = resolve_strategies(names, preverifier is not None, oracle_gamma, has_draft=draft is not None)
     running = [s for s in strategies if s.runs]
-    preverifiers = preverifier_variants(preverifier, sampling_preverifier,
-                                        draft.device if draft is not None else "cpu")
+    preverifiers = preverifier_variants(preverifier, sampling_preverifier)
     if not any(prompts.values()):
         raise ValueError("No prompts to run.")
     if costs is None and config.cost_repeats == 0:

@@ -86,9 +86,12 @@ class ForwardCounter:
 
 
 
-def _pacer_argument(strategy: Strategy, preverifiers: dict[str, PacerPreVerifier], sampling: bool):
+def _pacer_argument(strategy: Strategy, preverifiers: dict[str, PacerPreVerifier], sampling: bool,
+                    draft: PreTrainedModel | None):
     if strategy.family == "sd-fixed":
         return strategy.name
+    if strategy.name == "pacer-default":  # what `pacer=True` gives a draft with no pre-verifier of its own
+        return pacer_hf.default_preverifier(sampling, draft.device)
     if strategy.family == "pacer":
         return preverifiers[strategy.name + ("@sampling" if sampling else "")]
     if strategy.family == "registered":
@@ -113,7 +116,7 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
         kwargs["assistant_model"] = draft
     if strategy.lookup_tokens is not None:
         kwargs["prompt_lookup_num_tokens"] = strategy.lookup_tokens
-    kwargs["pacer"] = _pacer_argument(strategy, preverifiers, temperature > 0)
+    kwargs["pacer"] = _pacer_argument(strategy, preverifiers, temperature > 0, draft)
     if suffix_cache is not None:
         kwargs["suffix_cache"] = suffix_cache
     if strategy.needs_preverifier and strategy.family == "registered":  # e.g. pacer+ouroboros: the attached one

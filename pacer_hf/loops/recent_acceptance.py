@@ -97,11 +97,16 @@ def saving_per_token(share: float, table: list[float]) -> float:
     return table[0] - best
 
 
+def pair_memories(model: PreTrainedModel) -> weakref.WeakKeyDictionary:
+    """What the stop rule keeps of `model`'s pairs between calls: draft -> {do_sample: RecentAcceptance}."""
+    state = ModelState(model)
+    if state.recent_acceptance is None:
+        state.recent_acceptance = weakref.WeakKeyDictionary()
+    return state.recent_acceptance
+
+
 def recent_acceptance_for(model: PreTrainedModel, draft: PreTrainedModel | None, do_sample: bool) -> RecentAcceptance:
     """The `RecentAcceptance` this pair and decoding mode carry between calls (a fresh one without a draft)."""
     if draft is None:
         return RecentAcceptance()
-    state = ModelState(model)
-    if state.recent_acceptance is None:
-        state.recent_acceptance = weakref.WeakKeyDictionary()
-    return state.recent_acceptance.setdefault(draft, {}).setdefault(bool(do_sample), RecentAcceptance())
+    return pair_memories(model).setdefault(draft, {}).setdefault(bool(do_sample), RecentAcceptance())

@@ -174,12 +174,13 @@ def _start(run: dict) -> str:
     """Which candidate the fit kept and why, for the card (fits made before there were two say so)."""
     if "candidates" not in run:
         return "trained from scratch"
-    fresh, default = (run["candidates"][name]["choosing log-loss"] for name in ("fresh", "default"))
-    kept = "pacer_hf's default pre-verifier fine-tuned on the pair's rounds" if run["chosen"] == "default" else \
-        "trained from scratch on the draft's hidden states"
-    return (f"{kept}: held-out log-loss {min(fresh, default):.4f} against {max(fresh, default):.4f} for the "
-            f"{'one trained from scratch' if run['chosen'] == 'default' else 'fine-tuned default'} (the half of the "
-            "held-out texts calibration chooses on)")
+    names = {"fresh": ("trained from scratch on the draft's hidden states", "one trained from scratch"),
+             "default": ("pacer_hf's default pre-verifier fine-tuned on the pair's rounds", "fine-tuned default")}
+    chosen = run["chosen"]
+    other = next(name for name in names if name != chosen)
+    loss = {name: run["candidates"][name]["choosing log-loss"] for name in names}
+    return (f"{names[chosen][0]}: held-out log-loss {loss[chosen]:.4f} against {loss[other]:.4f} for the "
+            f"{names[other][1]} (the half of the held-out texts calibration chooses on)")
 
 
 def _finish(preverifier, run, calibration, speed, answers, mode, seconds, names, plan, budget_s, started):
