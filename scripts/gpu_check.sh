@@ -55,8 +55,12 @@ supported() { "$PY" -c "import sys, transformers as t; v = tuple(int(x) for x in
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 if ! supported; then
     if ls .whl/*.whl >/dev/null 2>&1; then
-        [ -d "$SITE/transformers" ] || "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-            --upgrade --target "$SITE" .whl/*.whl >"$WORK/pip.log" 2>&1 || { note "pip install failed:"; tail -5 "$WORK/pip.log" | tee -a "$SUMMARY"; }
+        # again whenever .whl/ holds other wheels than the ones installed (a warm machine keeps $SITE)
+        if [ "$(ls .whl)" != "$(cat "$SITE/.wheels" 2>/dev/null)" ]; then
+            "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+                .whl/*.whl >"$WORK/pip.log" 2>&1 && ls .whl >"$SITE/.wheels" \
+                || { note "pip install failed:"; tail -5 "$WORK/pip.log" | tee -a "$SUMMARY"; }
+        fi
         export PYTHONPATH=$SITE:$PYTHONPATH
     else
         note "transformers outside >=5.21,<5.25 and no .whl/ folder: the steps below will fail at import"

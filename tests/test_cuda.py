@@ -83,6 +83,24 @@ def test_greedy_identical_on_the_demo_pair(demo, case):
         assert pacer_hf.last_stats(pair.target).tau > 1.0, "the demo draft must get tokens accepted"
 
 
+def test_default_preverifier_greedy_identical_on_the_demo_pair(demo):
+    """`pacer=True` with no pre-verifier attached: the default one (features only) scores on the draft's device."""
+    from pacer_hf.attached import detach, reattach
+
+    pair, prompts = demo
+    taken = detach(pair.draft)
+    try:
+        for ids in prompts:
+            expected = pair.target.generate(ids, max_new_tokens=48, do_sample=False, pacer=None)
+            out = pair.target.generate(ids, max_new_tokens=48, do_sample=False, assistant_model=pair.draft,
+                                       pacer=True)
+            assert_same_greedy(pair.target, out, expected, near_tie=1e-3, what="demo pair, default pre-verifier")
+        stats = pacer_hf.last_stats(pair.target)
+    finally:
+        reattach(pair.draft, taken)
+    assert stats.preverifier == "default" and stats.tau > 1.0, stats
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("case", ["sd-fixed-3", "pacer", "pacer+ouroboros", "pearl"])
 def test_half_precision_greedy_identical_to_the_same_dtype_alone(dtype, case):
@@ -170,13 +188,17 @@ def test_round_cost_probe_waits_for_the_device(monkeypatch, tmp_path):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("loop", [False, True], ids=["draft-only", "loop-features"])
 @pytest.mark.parametrize("rows", [1, 3])
-def test_graph_scorer_scores_like_the_eager_forward(dtype, loop, rows):
+@pytest.mark.parametrize("mode", ["both", "features"])
+def test_graph_scorer_scores_like_the_eager_forward(dtype, loop, rows, mode):
     """The CUDA-graph path (`GraphBlockScorer`) returns the eager forward's logits block by block, round after
-    round (its graphs captured once and replayed), for one row and for a batch's rows."""
+    round (its graphs captured once and replayed), for one row and for a batch's rows; a features-only
+    pre-verifier (the default one) takes hidden states of any width and reads none."""
     from pacer_hf.loops.block_scorer import BlockScorer, GraphBlockScorer
 
     _, draft = config_pair("llama", "noisy")
-    pv = make_preverifier(draft, block_size=2, max_draft_tokens=6, loop_features=loop).to(DEVICE, dtype)
+    pv = make_preverifier(draft, block_size=2, max_draft_tokens=6, loop_features=loop, input_mode=mode)
+    pv = pv.to(DEVICE, dtype)
+    width = pv.config.draft_hidden_size + (8 if mode == "features" else 0)
     graph, eager = GraphBlockScorer.for_preverifier(pv), BlockScorer(pv)
     generator = torch.Generator().manual_seed(0)
     for _ in range(3):  # rounds: captured once, then replayed
@@ -184,7 +206,7 @@ def test_graph_scorer_scores_like_the_eager_forward(dtype, loop, rows):
         graph.start(loops)
         eager.start(loops)
         for i in range(6):
-            hidden = torch.randn(rows, pv.config.draft_hidden_size, generator=generator).to(DEVICE, dtype)
+            hidden = torch.randn(rows, width, generator=generator).to(DEVICE, dtype)
             logits = (torch.randn(rows, 96, generator=generator) * 3).to(DEVICE, dtype)
             tokens = logits.argmax(-1)
             got, want = graph.add(hidden, logits, tokens), eager.add(hidden, logits, tokens)

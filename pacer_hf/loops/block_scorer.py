@@ -103,6 +103,8 @@ class GraphBlockScorer:
         self._preverifier, self.key = weakref.ref(preverifier), key
         self.block_size = preverifier.config.block_size
         self.reads_loop = bool(getattr(preverifier.config, "loop_features", False))
+        # a features-only pre-verifier (the default one) reads no hidden state: any draft's width is fine
+        self.reads_hidden = preverifier.config.input_mode != "features"
         self.buffers: dict[tuple[int, int], _Buffers] = {}  # (rows bucket, vocab) -> static tensors
         self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}  # (rows bucket, vocab, block) -> graph
         self.pool = torch.cuda.graph_pool_handle()  # replays run one at a time on one stream: one pool serves all
@@ -135,7 +137,8 @@ class GraphBlockScorer:
             buffers.loop[:rows].copy_(torch.tensor(self.loops or [[0.0, 0.0, 0.0]], dtype=buffers.loop.dtype))
         if i >= buffers.tokens.shape[1]:
             raise ValueError(f"{i + 1} drafted tokens exceed max_draft_tokens={buffers.tokens.shape[1]}.")
-        buffers.hidden[:rows, i].copy_(hidden)
+        if self.reads_hidden:
+            buffers.hidden[:rows, i].copy_(hidden)
         buffers.logits[:rows, i % self.block_size].copy_(raw_logits)
         buffers.tokens[:rows, i].copy_(tokens)
         self.n = i + 1
