@@ -4,11 +4,14 @@
     python examples/compare_stop_rules.py hub_cards/demo-preverifier /path/to/other-preverifier --runs 2
     python examples/compare_stop_rules.py hub_cards/demo-preverifier --oracle --gammas 5,6,7,8,10,12 --prompts 8 --runs 1
     python examples/compare_stop_rules.py --pair qwen2.5-coder --oracle --gammas 1,2,3,4,6,8 --prompts 2 --runs 1
+    python examples/compare_stop_rules.py fitted-folder default --target ID_OR_DIR --draft ID_OR_DIR --oracle
 
 Every setting decodes every prompt once per run, interleaved (so machine load hits them alike), after one untimed
 warm-up call each, and every output is checked against plain decoding
 (`pacer_hf.training.validate.compare_in_generate`). `--pair qwen2.5-coder` runs the Qwen2.5-Coder pair (its cheap draft)
-on the benchmark's code chat categories, with its shipped pre-verifier when no folder is given. Prints tokens/s and
+on the benchmark's code chat categories, with its shipped pre-verifier when no folder is given; `--target/--draft`
+run a user's own pair (Hub ids or folders, as `pacer-hf bench` loads them) on the chat categories. A pre-verifier
+named `default` is pacer_hf's default one (what `pacer=True` uses for a draft without one). Prints tokens/s and
 speed over the target alone per category,
 the median over categories, and each setting's speed over the best fixed γ of the same category; writes them as
 JSON with --out. `--hf` adds transformers' own schedules, as the benchmark runs them: `hf-confidence` (the default
@@ -28,9 +31,11 @@ import argparse
 import json
 import statistics
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import ClassVar
 
 import torch
+from transformers import AutoTokenizer
 
 import pacer_hf
 from pacer_hf.bench.strategy_calls import call_context, resolve_strategies
@@ -121,16 +126,21 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--pair", default="stdlib", choices=("stdlib", "qwen2.5-coder"))
+    parser.add_argument("--target", help="a user's target (Hub id or folder) instead of --pair; needs --draft")
+    parser.add_argument("--draft", help="the user's draft (a folder with cheap_draft.json is made cheap as it says)")
     parser.add_argument("--categories", help="comma-separated (default: the stdlib categories for the demo pair, "
                                              "the code chat categories for qwen2.5-coder)")
     args = parser.parse_args()
+    if bool(args.target) != bool(args.draft):
+        parser.error("--target and --draft go together (a user's pair); or use --pair.")
     torch.set_num_threads(1)
-    pair = load_pair(args.pair)
+    pair = _user_pair(args.target, args.draft) if args.target else load_pair(args.pair)
     prompts = _prompts(pair, args)
     gammas = [int(g) for g in args.gammas.split(",")]
     settings = {f"sd-fixed-{g}": f"sd-fixed-{g}" for g in gammas}
-    settings.update({path: pacer_hf.PacerPreVerifier.from_pretrained(path) for path in args.preverifiers})
-    if not args.preverifiers and args.pair != "stdlib":
+    settings.update({path: pacer_hf.default_preverifier(False, pair.draft.device) if path == "default"
+                     else pacer_hf.PacerPreVerifier.from_pretrained(path) for path in args.preverifiers})
+    if not args.preverifiers and args.pair != "stdlib" and not args.target:
         settings["pacer"] = pair.preverifier
     first = next((v for v in settings.values() if isinstance(v, pacer_hf.PacerPreVerifier)), None)
     if args.oracle:
@@ -168,14 +178,26 @@ def main() -> None:
             json.dump(results, handle, indent=1)
 
 
+def _user_pair(target: str, draft: str) -> SimpleNamespace:
+    """A user's pair loaded as `pacer-hf bench --target --draft` loads it (float32, the target's tokenizer)."""
+    from pacer_hf.bench.user_pair import load_draft
+    from pacer_hf.loading import load_causal_lm
+
+    return SimpleNamespace(target=load_causal_lm(target), draft=load_draft(draft, "float32"),
+                           tokenizer=AutoTokenizer.from_pretrained(target))
+
+
 def _prompts(pair, args) -> dict:
-    """category -> prompts: held-out stdlib text for the demo pair, the bench split's chat requests else."""
-    if args.pair == "stdlib":
+    """category -> prompts: held-out stdlib text for the demo pair, the bench split's chat requests else (every chat
+    category for a user's chat model, the code ones for the Qwen pair)."""
+    chat = getattr(pair.tokenizer, "chat_template", None) is not None
+    if (args.pair == "stdlib" and not args.target) or (args.target and not chat):
         categories = args.categories.split(",") if args.categories else list(CATEGORIES)
         prompts, _ = build_prompts(categories, lambda text: pair.tokenizer(text).input_ids, args.prompts, 256,
                                    target_dir=pair.target.name_or_path)
         return prompts
-    categories = (args.categories or "chat-humaneval,chat-docstring,chat-edit").split(",")
+    default = ",".join(CHAT_CATEGORIES) if args.target else "chat-humaneval,chat-docstring,chat-edit"
+    categories = (args.categories or default).split(",")
     unknown = sorted(set(categories) - set(CHAT_CATEGORIES))
     if unknown:
         raise SystemExit(f"--categories: {unknown} are not chat categories; choose from {', '.join(CHAT_CATEGORIES)}.")

@@ -381,3 +381,35 @@ def test_compare_in_generate_runs_transformers_own_schedule_in_its_context(tiny_
     assert len(entered) == 3 and set(seen) == {2}  # the warm-up call and one per prompt
     assert draft.generation_config.num_assistant_tokens == before
     assert rows["hf-2"]["tokens_per_s"] > 0 and math.isnan(rows["hf-2"]["tau"])
+
+
+def test_compare_in_generate_gives_each_setting_its_own_memory_of_the_pair(tiny_pair):
+    """Interleaved, two pre-verifiers must not start from what the other learned of the pair (the stop rule keeps
+    one memory per target and draft between calls): each setting carries its own from call to call."""
+    from contextlib import contextmanager
+
+    from pacer_hf.loops.recent_acceptance import recent_acceptance_for
+    from pacer_hf.model_state import ModelState
+    from pacer_hf.training.validate import compare_in_generate
+
+    target, draft = tiny_pair
+    seen: dict[str, list] = {"a": [], "b": []}
+
+    def recording(name):
+        @contextmanager
+        def context():
+            memory = recent_acceptance_for(target, draft, False)
+            seen[name].append((memory, memory.long_tried))
+            yield
+        return context
+
+    pvs = {name: make_preverifier(draft, seed=seed, block_size=1, threshold=0.5, max_draft_tokens=4)
+           for seed, name in enumerate(seen)}
+    compare_in_generate(target, draft, corpus(2, 10, seed=5), pvs, runs=1, max_new_tokens=12,
+                        contexts={name: recording(name) for name in seen})
+    (a1, tried_a1), (a2, tried_a2) = seen["a"]
+    (b1, tried_b1), _ = seen["b"]
+    assert tried_a1 == 0 and tried_b1 == 0, "each setting's first call starts with no memory of the pair"
+    assert a2 is a1 and tried_a2 > 0, "a setting's next call starts from what its own calls learned"
+    assert b1 is not a1
+    assert draft not in (ModelState(target).recent_acceptance or {})

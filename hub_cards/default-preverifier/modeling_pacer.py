@@ -289,7 +289,7 @@ class PacerPreVerifier(PreTrainedModel):
         runs; without them, `config.calibration`."""
         config = self.config
         values = token_logits.float().tolist() if isinstance(token_logits, torch.Tensor) else token_logits
-        probs = [1.0 / (1.0 + math.exp(-min(max(x, -60.0), 60.0))) for x in values]
+        probs = [acceptance_probability(x) for x in values]
         block = probs[-config.block_size :]
         if config.decision_rule == "expected_gain":
             if expected_gain_continues(probs, config.block_size, config.max_draft_tokens, costs or config.calibration,
@@ -314,6 +314,11 @@ def round_cost(table: list[float], k: int) -> float:
     if k < len(table):
         return table[k]
     return table[-1] + (table[-1] - table[-2] if len(table) > 1 else 0.0) * (k - len(table) + 1)
+
+
+def acceptance_probability(logit: float) -> float:
+    """An acceptance logit as a probability (clamped: a float logit far out of range must not overflow `exp`)."""
+    return 1.0 / (1.0 + math.exp(-min(max(logit, -60.0), 60.0)))
 
 
 def calibrated_round_time(costs: dict):

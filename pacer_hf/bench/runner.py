@@ -24,7 +24,7 @@ import pacer_hf
 from ..attached import ATTACHED_SLOTS, detach, reattach
 from ..costs import CostModel
 from ..data.prompts import CATEGORIES, Prompt
-from ..loops.recent_acceptance import pair_memories
+from ..loops.recent_acceptance import SeparateMemories
 from ..model_state import ModelState
 from ..modeling_pacer import PacerPreVerifier
 from ..strategies import OuroborosConfig, strategy_config
@@ -89,7 +89,7 @@ class PoolIsolation:
     def __init__(self, target: PreTrainedModel, draft: PreTrainedModel):
         self.target, self.draft = target, draft
         self.saved: dict[str, Any] = {}
-        self.memories: dict[str, Any] = {}
+        self.memories = SeparateMemories(target, draft)
         self.caches = BenchSuffixCaches()  # the suffix caches too: each prompt once per run, earlier prompts only
 
     def new_run(self) -> None:
@@ -98,23 +98,8 @@ class PoolIsolation:
 
     @contextmanager
     def around(self, strategy: Strategy) -> Iterator[None]:
-        with self._memory(strategy), self._pool(strategy):
+        with self.memories.of(strategy.name), self._pool(strategy):
             yield
-
-    @contextmanager
-    def _memory(self, strategy: Strategy) -> Iterator[None]:
-        if self.draft is None:
-            yield
-            return
-        memories = pair_memories(self.target)
-        memories.pop(self.draft, None)
-        if strategy.name in self.memories:
-            memories[self.draft] = self.memories[strategy.name]
-        try:
-            yield
-        finally:
-            if self.draft in memories:
-                self.memories[strategy.name] = memories.pop(self.draft)
 
     @contextmanager
     def _pool(self, strategy: Strategy) -> Iterator[None]:

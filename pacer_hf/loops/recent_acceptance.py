@@ -5,6 +5,8 @@ decision to draft at all (`PacerStopRule.drafts_this_round`, docs/ALGORITHM.md "
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from transformers import PreTrainedModel
@@ -110,3 +112,29 @@ def recent_acceptance_for(model: PreTrainedModel, draft: PreTrainedModel | None,
     if draft is None:
         return RecentAcceptance()
     return pair_memories(model).setdefault(draft, {}).setdefault(bool(do_sample), RecentAcceptance())
+
+
+class SeparateMemories:
+    """Each named setting its own memory of one pair. The stop rule keeps one per (target, draft); settings run
+    interleaved (a benchmark's strategies, an A/B's pre-verifiers) would otherwise each start from what the others
+    learned, where a process serving one of them would not."""
+
+    def __init__(self, target: PreTrainedModel, draft: PreTrainedModel | None):
+        self.target, self.draft = target, draft
+        self.kept: dict[str, dict] = {}
+
+    @contextmanager
+    def of(self, name: str) -> Iterator[None]:
+        """Within this, the pair's memory is `name`'s own (empty the first time)."""
+        if self.draft is None:
+            yield
+            return
+        memories = pair_memories(self.target)
+        memories.pop(self.draft, None)
+        if name in self.kept:
+            memories[self.draft] = self.kept[name]
+        try:
+            yield
+        finally:
+            if self.draft in memories:
+                self.kept[name] = memories.pop(self.draft)

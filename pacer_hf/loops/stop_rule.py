@@ -17,7 +17,6 @@ between calls (`recent_acceptance.py`).
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import time
 from collections.abc import Callable
@@ -38,7 +37,13 @@ from ..costs import (
     timer,
 )
 from ..costs.curve import extrapolate
-from ..modeling_pacer import PacerPreVerifier, calibrated_round_time, loop_features, rows_continue
+from ..modeling_pacer import (
+    PacerPreVerifier,
+    acceptance_probability,
+    calibrated_round_time,
+    loop_features,
+    rows_continue,
+)
 from ..stats import PacerStats
 from .block_scorer import BlockScorer, GraphBlockScorer
 from .draft_forwards import draft_step_timer
@@ -68,11 +73,6 @@ def block_scorer(preverifier: PacerPreVerifier, draft_device: torch.device | Non
     if graphs and device.type == "cuda" and preverifier.device == device:
         return GraphBlockScorer.for_preverifier(preverifier)
     return BlockScorer(preverifier)
-
-
-def _probability(logit: float) -> float:
-    """An acceptance logit as a probability, clamped as `PacerPreVerifier.decide` clamps it."""
-    return 1.0 / (1.0 + math.exp(-min(max(logit, -60.0), 60.0)))
 
 
 class PacerStopRule:
@@ -215,7 +215,7 @@ class PacerStopRule:
         elif done:
             stop, self.trim = self.preverifier.decide(self.token_logits, self.round_costs)
         if stop and self.trim == len(self.token_logits):
-            self.unjudged = _probability(self.token_logits[0])
+            self.unjudged = acceptance_probability(self.token_logits[0])
         self.stats.preverifier_seconds += self._seconds(start)
         return stop
 

@@ -19,6 +19,7 @@ from transformers import PreTrainedModel
 
 from ..costs import timed
 from ..generation import EnabledState, disable, enable, last_stats
+from ..loops.recent_acceptance import SeparateMemories
 
 
 @torch.inference_mode()
@@ -36,11 +37,12 @@ def compare_in_generate(target: PreTrainedModel, draft: PreTrainedModel, prompts
     enabled_here = EnabledState(target).plain_generate is None
     enable(target)
     settings = {"ar": None, **settings}
+    memories = SeparateMemories(target, draft)  # each setting learns the pair on its own, as alone it would
     tokens, seconds = dict.fromkeys(settings, 0), dict.fromkeys(settings, 0.0)
     recorded: dict[str, list[tuple[float, float, float]]] = {name: [] for name in settings}  # draft, tau, alpha
     try:
         def call(name: str, pacer, inputs: torch.Tensor, max_new_tokens: int, **kwargs):
-            with (contexts or {}).get(name, nullcontext)():
+            with memories.of(name), (contexts or {}).get(name, nullcontext)():
                 return timed(partial(target.generate, inputs, max_new_tokens=max_new_tokens, do_sample=False,
                                      assistant_model=draft if pacer is not None else None, pacer=pacer, **kwargs),
                              target.device)
