@@ -8,6 +8,7 @@ written beside the weights, resuming after an interruption in training, and the 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -116,27 +117,38 @@ def test_rerun_resumes_after_an_interruption_in_training(tiny, tokenizer, tmp_pa
     assert (out / "model.safetensors").is_file() and "not measured" in (out / "README.md").read_text()
 
 
-def test_a_fit_keeps_the_candidate_that_predicts_held_out_rounds_better(tiny, tokenizer, tmp_path, monkeypatch):
+def test_a_fit_keeps_the_candidate_whose_rule_runs_fastest_on_held_out_rounds(tiny, tokenizer, tmp_path, monkeypatch):
+    """Three candidates (from scratch, the default fine-tuned, the default as it is), each calibrated on the choosing
+    half of the held-out rounds; the fit keeps the one the simulation runs fastest and its card names all three."""
     target, draft = tiny
     out = tmp_path / "pv"
     pv = pacer_hf.fit_preverifier(target, draft, tokenizer, prompts=PROMPTS, output_dir=out, speed_check=False, **SMALL)
     work = out / "fit-work"
-    candidates = pv.fit_report["training"]["start"]
-    runs = {name: json.loads((work / f"candidate-greedy-{name}" / "fit_training.json").read_text())
-            for name in fit_train.CANDIDATES}
-    losses = {name: run["choosing log-loss"] for name, run in runs.items()}
-    kept = min(losses, key=losses.get)
-    assert (pv.config.input_mode == "features") == (kept == "default")  # fresh ones read hidden states too
-    assert f"{min(losses.values()):.4f}" in candidates and f"{max(losses.values()):.4f}" in candidates
-    # the choice follows the held-out loss: make each candidate the better one in turn
-    for better in fit_train.CANDIDATES:
-        monkeypatch.setattr(fit_train, "log_loss", lambda model, data, b=better: float(
-            (model.config.input_mode == "features") != (b == "default")))
-        model, run = fit_train.train_candidates(
-            work / "traces-greedy-train", work / "traces-greedy-heldout", tmp_path / better, "greedy",
-            default=pacer_hf.default_preverifier(), seconds=None, step_seconds_fresh=0.01, max_draft_tokens=8)
-        assert run["chosen"] == better and set(run["candidates"]) == set(fit_train.CANDIDATES)
-        assert (model.config.input_mode == "features") == (better == "default")
+    speeds = pv.config.calibration["candidates_simulated"]
+    kept = max(speeds, key=speeds.get)
+    assert set(speeds) == set(fit_train.CANDIDATES) and all(v > 0 for v in speeds.values())
+    assert pv.config.calibration["chosen"]["speedup"] == pytest.approx(speeds[kept], abs=1e-4)
+    assert (pv.config.input_mode == "features") == (kept != "fresh")  # only the one from scratch reads hidden states
+    assert all(f"{v:.3f}x" in pv.fit_report["training"]["start"] for v in speeds.values())
+    as_is = PacerPreVerifier.from_pretrained(work / "candidate-greedy-as-is")
+    default = pacer_hf.default_preverifier()
+    assert torch.equal(as_is.head.weight, default.head.weight.float()), "the as-is candidate is not trained"
+    # the choice follows the simulated speed: make each candidate the fastest in turn
+    calibrate = fit_calibrate.calibrate_preverifier
+    candidates, _ = fit_train.train_candidates(
+        work / "traces-greedy-train", work / "traces-greedy-heldout", work, "greedy",
+        default=default, seconds=None, step_seconds_fresh=0.01, max_draft_tokens=8)
+    plan = SimpleNamespace(hardware="test")
+    for faster in fit_train.CANDIDATES:
+        def rigged(preverifier, *args, faster=faster, **kwargs):
+            report = calibrate(preverifier, *args, **kwargs)
+            report["chosen"]["speedup"] = 2.0 if preverifier is candidates[faster] else 1.0
+            return report
+
+        monkeypatch.setattr(fit_calibrate, "calibrate_preverifier", rigged)
+        name, chosen, report = fit_calibrate.calibrate_here(target, draft, dict(candidates), work / "traces-greedy-heldout",
+                                                            plan, progress=False)
+        assert name == faster and chosen is candidates[faster] and report["candidates_simulated"][faster] == 2.0
 
 
 def test_the_default_starts_a_fit_for_longer_rounds_and_for_its_draft_only(tiny):

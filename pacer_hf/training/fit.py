@@ -12,7 +12,6 @@ device and dtype the pair runs in, held-out AUC/ECE and a measured speed check. 
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -94,7 +93,6 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
              max_new_tokens: int, seed: int, device: str, progress: bool, budget_s, started: float,
              timed_check: bool = True):
     """One decoding mode's pre-verifier: answers, traces, training, calibration, speed check, card."""
-    from ..generation import load_preverifier
     from .collect import read_manifest
     from .collect_answers import collect_along_answers
 
@@ -135,25 +133,23 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
         traces[split] = folder
     seconds["collect"] = seconds.get("collect", 0) + round(time.perf_counter() - clock, 1)
     stages.update()
-    clock, trained = time.perf_counter(), work.path / f"trained-{mode}"
-    if not (trained / "model.safetensors").is_file():
-        from ..attached import default_preverifier
+    clock = time.perf_counter()
+    from ..attached import default_preverifier
 
-        preverifier, run = train_candidates(
-            traces["train"], traces["heldout"], work.path, mode, default=default_preverifier(mode == "sampling"),
-            seconds=plan.train_seconds(), step_seconds_fresh=step_seconds(max_draft_tokens, plan.draft_hidden,
-                                                                         device=device),
-            max_draft_tokens=max_draft_tokens, seed=seed, progress=progress, device=device)
-        preverifier.save_pretrained(trained)
-        (trained / "fit_training.json").write_text(json.dumps(run, indent=1))
-    run = json.loads((trained / "fit_training.json").read_text())
+    candidates, runs = train_candidates(
+        traces["train"], traces["heldout"], work.path, mode, default=default_preverifier(mode == "sampling"),
+        seconds=plan.train_seconds(), step_seconds_fresh=step_seconds(max_draft_tokens, plan.draft_hidden, device=device),
+        max_draft_tokens=max_draft_tokens, seed=seed, progress=progress, device=device)
     seconds["train"] = seconds.get("train", 0) + round(time.perf_counter() - clock, 1)
     stages.update()
     clock = time.perf_counter()
     from .fit_calibrate import calibrate_here
 
-    preverifier = load_preverifier(str(trained)).to(device=draft.device, dtype=draft.dtype).eval()
-    calibration = calibrate_here(target, draft, preverifier, traces["heldout"], plan, seed=seed, progress=progress)
+    kept, preverifier, calibration = calibrate_here(target, draft, candidates, traces["heldout"], plan, seed=seed,
+                                                    progress=progress)
+    run = dict(runs[kept], chosen=kept, candidates={
+        name: {"simulated": calibration["candidates_simulated"][name], "choosing log-loss": runs[name]["choosing log-loss"]}
+        for name in runs})
     seconds["calibrate"] = round(time.perf_counter() - clock, 1)
     stages.update()
     clock = time.perf_counter()
@@ -171,16 +167,14 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
 
 
 def _start(run: dict) -> str:
-    """Which candidate the fit kept and why, for the card (fits made before there were two say so)."""
-    if "candidates" not in run:
-        return "trained from scratch"
-    names = {"fresh": ("trained from scratch on the draft's hidden states", "one trained from scratch"),
-             "default": ("pacer_hf's default pre-verifier fine-tuned on the pair's rounds", "fine-tuned default")}
-    chosen = run["chosen"]
-    other = next(name for name in names if name != chosen)
-    loss = {name: run["candidates"][name]["choosing log-loss"] for name in names}
-    return (f"{names[chosen][0]}: held-out log-loss {loss[chosen]:.4f} against {loss[other]:.4f} for the "
-            f"{names[other][1]} (the half of the held-out texts calibration chooses on)")
+    """Which candidate the fit kept and why, for the card."""
+    names = {"fresh": "trained from scratch on the draft's hidden states",
+             "default": "pacer_hf's default pre-verifier fine-tuned on the pair's rounds",
+             "as-is": "pacer_hf's default pre-verifier as it is (calibrated for the pair)"}
+    speeds = {name: figures["simulated"] for name, figures in run["candidates"].items()}
+    others = ", ".join(f"{speeds[name]:.3f}x for the {name} one" for name in speeds if name != run["chosen"])
+    return (f"{names[run['chosen']]}: its rule simulated {speeds[run['chosen']]:.3f}x the target alone on the half of the "
+            f"held-out texts calibration chooses on, against {others}")
 
 
 def _finish(preverifier, run, calibration, speed, answers, mode, seconds, names, plan, budget_s, started):

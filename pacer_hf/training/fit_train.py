@@ -4,10 +4,11 @@
 interrupted, so here the Trainer saves a checkpoint every `checkpoint_every` optimizer steps (and when the time is up)
 and a rerun resumes from the last one (`resume_from_checkpoint`), optimizer and schedule included.
 
-A fit trains two candidates and keeps the one that predicts held-out rounds better (`train_candidates`): one from
-scratch on the pair's draft hidden states, and the default pre-verifier fine-tuned on the pair's rounds. A few
-thousand rounds are too few for the first to beat what the second learned from several pairs, and the second
-still needs the pair's rounds to be calibrated for it.
+A fit prepares three candidates (`train_candidates`): one trained from scratch on the pair's draft hidden states,
+the default pre-verifier fine-tuned on the pair's rounds, and the default as it is; calibration keeps the one whose
+rule runs fastest on held-out rounds (`fit_calibrate.calibrate_here`). A few thousand rounds are often too few for
+the first to beat what the default learned from several pairs, and a better held-out log-loss does not always make
+a faster rule (the rule pays for rounds that stop short), so the choice is the simulated speed itself.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .train import PacerTrainer, TraceCollator, auc_ece, build_preverifier, pred
 
 FINE_TUNE_LEARNING_RATE = 3e-4  # a tenth of a fresh start's would barely move it; 1e-3 forgets more
 FINE_TUNE_EPOCHS = 5.0
-CANDIDATES = ("fresh", "default")
+CANDIDATES = ("fresh", "default", "as-is")  # "default": fine-tuned; "as-is": untrained
 
 
 class TimeLimit(TrainerCallback):
@@ -127,33 +128,35 @@ def log_loss(model: PacerPreVerifier, dataset) -> float:
 
 def train_candidates(train_traces: Path, eval_traces: Path, work: Path, mode: str, *, default: PacerPreVerifier,
                      seconds: float | None, step_seconds_fresh: float, max_draft_tokens: int, seed: int = 0,
-                     progress: bool = True, device: str = "cpu") -> tuple[PacerPreVerifier, dict]:
-    """Train both candidates (each resumable under `work`, each given half of `seconds`) and return the one with the
-    lower log-loss on the half of the held-out texts that calibration chooses its setting on (the other half, which
-    the card reports on, plays no part), with its run and both candidates' figures."""
+                     progress: bool = True, device: str = "cpu") -> tuple[dict[str, PacerPreVerifier], dict[str, dict]]:
+    """Every candidate by name with its run (each resumable under `work`; the two that train get half of `seconds`
+    each). A run records the candidate's log-loss on the half of the held-out texts calibration chooses on."""
     rows = len(load_traces(train_traces))
-    share = None if seconds is None else seconds / len(CANDIDATES)
+    share = None if seconds is None else seconds / 2
     choose = prepare(split_by_text(load_traces(eval_traces), 0.5, seed + 1)[0])
-    scores, runs = {}, {}
+    candidates, runs = {}, {}
     for name in CANDIDATES:
         folder = work / f"candidate-{mode}-{name}"
         if not (folder / "model.safetensors").is_file():
-            start = default if name == "default" else None
-            tuning = {"most": FINE_TUNE_EPOCHS} if start is not None else {}
-            model, run = train_with_checkpoints(
-                train_traces, eval_traces, work / f"trainer-{mode}-{name}", seconds=share,
-                epochs=epochs_for(rows, share, step_seconds_fresh, **tuning),
-                max_draft_tokens=max_draft_tokens, decoding=mode, seed=seed, progress=progress, device=device,
-                start=start, **({"learning_rate": FINE_TUNE_LEARNING_RATE} if start is not None else {}))
+            if name == "as-is":
+                model = fine_tune_start(default, read_manifest(train_traces), max_draft_tokens).eval()
+                run = {"train_rows": rows, "eval_rows": 0, "epochs_done": 0.0, "steps": 0, "stopped_by_time": False,
+                       "resumed_from": None, "train_loss": None, "auc": None, "ece": None}
+                model.config.training = {"untrained": "pacer_hf's default pre-verifier as it is"}
+            else:
+                start = default if name == "default" else None
+                tuning = {"most": FINE_TUNE_EPOCHS} if start is not None else {}
+                model, run = train_with_checkpoints(
+                    train_traces, eval_traces, work / f"trainer-{mode}-{name}", seconds=share,
+                    epochs=epochs_for(rows, share, step_seconds_fresh, **tuning),
+                    max_draft_tokens=max_draft_tokens, decoding=mode, seed=seed, progress=progress, device=device,
+                    start=start, **({"learning_rate": FINE_TUNE_LEARNING_RATE} if start is not None else {}))
             run["choosing log-loss"] = round(log_loss(model, choose), 5)
             model.save_pretrained(folder)
             (folder / "fit_training.json").write_text(json.dumps(run, indent=1))
         runs[name] = json.loads((folder / "fit_training.json").read_text())
-        scores[name] = runs[name]["choosing log-loss"]
-    chosen = min(CANDIDATES, key=lambda name: scores[name])
-    run = dict(runs[chosen], chosen=chosen, candidates={
-        name: {k: runs[name][k] for k in ("auc", "ece", "choosing log-loss", "epochs_done")} for name in CANDIDATES})
-    return PacerPreVerifier.from_pretrained(work / f"candidate-{mode}-{chosen}"), run
+        candidates[name] = PacerPreVerifier.from_pretrained(folder)
+    return candidates, runs
 
 
 def epochs_for(rows: int, seconds: float | None, step_seconds: float, batch_size: int = 64, most: float = 8.0) -> float:
