@@ -172,7 +172,8 @@ def _start(run: dict) -> str:
              "default": "pacer_hf's default pre-verifier fine-tuned on the pair's rounds",
              "as-is": "pacer_hf's default pre-verifier as it is (calibrated for the pair)"}
     speeds = {name: figures["simulated"] for name, figures in run["candidates"].items()}
-    others = ", ".join(f"{speeds[name]:.3f}x for the {name} one" for name in speeds if name != run["chosen"])
+    short = {"fresh": "the one from scratch", "default": "the fine-tuned default", "as-is": "the default as it is"}
+    others = ", ".join(f"{speeds[name]:.3f}x for {short[name]}" for name in speeds if name != run["chosen"])
     return (f"{names[run['chosen']]}: its rule simulated {speeds[run['chosen']]:.3f}x the target alone on the half of the "
             f"held-out texts calibration chooses on, against {others}")
 
