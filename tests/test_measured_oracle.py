@@ -45,3 +45,30 @@ def test_reference_stop_ends_rounds_at_the_first_rejection(pair, oracle_module, 
             assert accepted == drafted  # only tokens the target accepts are proposed
         else:
             assert accepted == drafted - 1  # the rejected token is the last one proposed
+
+
+def test_a_users_pair_runs_with_the_default_preverifier_and_the_oracle(oracle_module, tmp_path, monkeypatch, capsys):
+    """`--target/--draft` loads a user's pair as the bench does (here the demo pair's folders: no chat template, so
+    stdlib prompts); `default` names pacer_hf's default pre-verifier; every setting's output is checked exact."""
+    import json
+
+    from pacer_hf._paths import hub_cards_dir
+
+    cards = hub_cards_dir()
+    out = tmp_path / "results.json"
+    monkeypatch.setattr(sys, "argv", ["compare_stop_rules.py", "default", "--target", str(cards / "demo-target"),
+                                      "--draft", str(cards / "demo-draft"), "--oracle", "--gammas", "2",
+                                      "--prompts", "1", "--runs", "1", "--max-new-tokens", "8",
+                                      "--categories", "stdlib-continuation", "--out", str(out)])
+    threads = torch.get_num_threads()
+    try:
+        oracle_module.main()  # it times on one thread, as the benchmarks do
+    finally:
+        torch.set_num_threads(threads)
+    results = json.loads(out.read_text())
+    assert set(results) == {"ar", "sd-fixed-2", "default", "oracle", "oracle-trim"}
+    assert all(row["stdlib-continuation"]["tokens_per_s"] > 0 for row in results.values())
+    monkeypatch.setattr(sys, "argv", ["compare_stop_rules.py", "--target", str(cards / "demo-target")])
+    with pytest.raises(SystemExit):
+        oracle_module.main()
+    assert "--target and --draft go together" in capsys.readouterr().err
