@@ -413,3 +413,23 @@ def test_compare_in_generate_gives_each_setting_its_own_memory_of_the_pair(tiny_
     assert a2 is a1 and tried_a2 > 0, "a setting's next call starts from what its own calls learned"
     assert b1 is not a1
     assert draft not in (ModelState(target).recent_acceptance or {})
+
+
+def test_loop_costs_warm_every_verify_width_and_plain_decoding_before_timing(tiny_pair, monkeypatch):
+    """Each γ's round cost rests on few timed calls: a shape's one-time costs (kernel selection and allocations on a
+    GPU) must not land in them, so every γ and plain decoding run once, untimed and short, before any timed call."""
+    from pacer_hf.training import calibrate as calibrate_module
+
+    target, draft = tiny_pair
+    costs = measure_costs(target, draft, None, context=16, max_k=4, repeats=1, progress=False)
+    calls, timed = [], calibrate_module.timed
+
+    def recording(call, device):
+        calls.append((call.keywords.get("pacer"), call.keywords["max_new_tokens"]))
+        return timed(call, device)
+
+    monkeypatch.setattr(calibrate_module, "timed", recording)
+    measure_loop_costs(target, draft, costs, context=16, new_tokens=24, gammas=(1, 2, 3), repeats=1)
+    first_full = next(i for i, (_, tokens) in enumerate(calls) if tokens == 24)
+    warmed = {pacer for pacer, tokens in calls[:first_full] if tokens < 24}
+    assert {None, "sd-fixed-1", "sd-fixed-2", "sd-fixed-3"} <= warmed

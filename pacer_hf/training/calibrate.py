@@ -46,7 +46,7 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
     γ tokens, which the simulator and `decision_rule="expected_gain"` use instead of the fitted sum
     (round_cost[0] is plain decoding's time per token). Plain decoding gives ar_overhead. The pre-verifier's
     cost per drafted token stays measure_costs' (it times the code generation runs). All in units of
-    `costs.step_seconds` (one bare target step, from measure_costs).
+    `costs.step_seconds` (one bare target step, from measure_costs). Every γ and plain decoding run once untimed first.
     """
     step_seconds = costs.step_seconds
     if step_seconds <= 0:
@@ -68,7 +68,11 @@ def measure_loop_costs(target: PreTrainedModel, draft: PreTrainedModel, costs: C
         return seconds - setup - costs.verify(np.asarray(stats.draft_lengths[1:])).sum() * step_seconds
 
     try:
-        run(assistant_model=draft, pacer=f"sd-fixed-{gammas[0]}")  # warm-up
+        # warm-up: every verify width and the plain path once, untimed (on a GPU a shape's first call pays one-time
+        # kernel selection and allocations that would otherwise land in that γ's only timed call)
+        run(2)
+        for gamma in gammas:
+            run(2 * (gamma + 1), assistant_model=draft, pacer=f"sd-fixed-{gamma}")
         setup = per_call(assistant_model=draft, pacer="sd-fixed-1")
         rows, rest, per_round = [], [], {gamma: [] for gamma in gammas}
         for _ in range(repeats):
