@@ -147,9 +147,7 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
 
     kept, preverifier, calibration = calibrate_here(target, draft, candidates, traces["heldout"], plan, seed=seed,
                                                     progress=progress)
-    run = dict(runs[kept], chosen=kept, candidates={
-        name: {"simulated": calibration["candidates_simulated"][name], "choosing log-loss": runs[name]["choosing log-loss"]}
-        for name in runs})
+    run = dict(runs[kept], start=_start(kept, calibration["candidates_simulated"]))
     seconds["calibrate"] = round(time.perf_counter() - clock, 1)
     stages.update()
     clock = time.perf_counter()
@@ -166,15 +164,17 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
     return _finish(preverifier, run, calibration, speed, answers, mode, seconds, names, plan, budget_s, started)
 
 
-def _start(run: dict) -> str:
-    """Which candidate the fit kept and why, for the card."""
-    names = {"fresh": "trained from scratch on the draft's hidden states",
-             "default": "pacer_hf's default pre-verifier fine-tuned on the pair's rounds",
-             "as-is": "pacer_hf's default pre-verifier as it is (calibrated for the pair)"}
-    speeds = {name: figures["simulated"] for name, figures in run["candidates"].items()}
-    short = {"fresh": "the one from scratch", "default": "the fine-tuned default", "as-is": "the default as it is"}
-    others = ", ".join(f"{speeds[name]:.3f}x for {short[name]}" for name in speeds if name != run["chosen"])
-    return (f"{names[run['chosen']]}: its rule simulated {speeds[run['chosen']]:.3f}x the target alone on the half of the "
+CANDIDATE_NAMES = {  # fit_train.CANDIDATES: (what the card says the fit kept, how it names one it did not)
+    "fresh": ("trained from scratch on the draft's hidden states", "the one from scratch"),
+    "default": ("pacer_hf's default pre-verifier fine-tuned on the pair's rounds", "the fine-tuned default"),
+    "as-is": ("pacer_hf's default pre-verifier as it is (calibrated for the pair)", "the default as it is"),
+}
+
+
+def _start(kept: str, speeds: dict[str, float]) -> str:
+    """Which candidate the fit kept and why, for the card: every candidate's simulated speed."""
+    others = ", ".join(f"{speeds[name]:.3f}x for {CANDIDATE_NAMES[name][1]}" for name in speeds if name != kept)
+    return (f"{CANDIDATE_NAMES[kept][0]}: its rule simulated {speeds[kept]:.3f}x the target alone on the half of the "
             f"held-out texts calibration chooses on, against {others}")
 
 
@@ -192,7 +192,7 @@ def _finish(preverifier, run, calibration, speed, answers, mode, seconds, names,
                  f"drafted tokens traced along them with {names['draft']}"),
         "training": {**{k: run[k] for k in ("train_rows", "epochs_done", "steps", "stopped_by_time", "resumed_from",
                                              "train_loss")},
-                     "start": _start(run),
+                     "start": run["start"],
                      "answers": len(answers), "answer tokens": tokens, "answers dtype": plan.state_dtype(mode)},
         "auc": calibration["auc"], "ece": calibration["ece"], "heldout_rounds": calibration["rounds"],
         "simulated": {f"simulated {name} vs target alone (report split)": calibration["table"][key]

@@ -26,7 +26,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from ..modeling_pacer import PacerPreVerifier
 from .traces import load_traces, read_manifest
-from .train import PacerTrainer, TraceCollator, auc_ece, build_preverifier, predict_probs, prepare, split_by_text
+from .train import PacerTrainer, TraceCollator, auc_ece, build_preverifier, predict_probs, prepare
 
 FINE_TUNE_LEARNING_RATE = 3e-4  # a tenth of a fresh start's would barely move it; 1e-3 forgets more
 FINE_TUNE_EPOCHS = 5.0
@@ -118,22 +118,13 @@ def fine_tune_start(start: PacerPreVerifier, manifest: dict, max_draft_tokens: i
     return model
 
 
-def log_loss(model: PacerPreVerifier, dataset) -> float:
-    """Mean binary cross-entropy of the predicted acceptance over valid tokens (soft labels as weights)."""
-    probs, labels = predict_probs(model, dataset)
-    valid = labels >= 0
-    p, y = np.clip(probs[valid].astype(np.float64), 1e-6, 1 - 1e-6), labels[valid].astype(np.float64)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
-
-
 def train_candidates(train_traces: Path, eval_traces: Path, work: Path, mode: str, *, default: PacerPreVerifier,
                      seconds: float | None, step_seconds_fresh: float, max_draft_tokens: int, seed: int = 0,
                      progress: bool = True, device: str = "cpu") -> tuple[dict[str, PacerPreVerifier], dict[str, dict]]:
     """Every candidate by name with its run (each resumable under `work`; the two that train get half of `seconds`
-    each). A run records the candidate's log-loss on the half of the held-out texts calibration chooses on."""
+    each). `fit_calibrate.calibrate_here` chooses among them."""
     rows = len(load_traces(train_traces))
     share = None if seconds is None else seconds / 2
-    choose = prepare(split_by_text(load_traces(eval_traces), 0.5, seed + 1)[0])
     candidates, runs = {}, {}
     for name in CANDIDATES:
         folder = work / f"candidate-{mode}-{name}"
@@ -151,7 +142,6 @@ def train_candidates(train_traces: Path, eval_traces: Path, work: Path, mode: st
                     epochs=epochs_for(rows, share, step_seconds_fresh, **tuning),
                     max_draft_tokens=max_draft_tokens, decoding=mode, seed=seed, progress=progress, device=device,
                     start=start, **({"learning_rate": FINE_TUNE_LEARNING_RATE} if start is not None else {}))
-            run["choosing log-loss"] = round(log_loss(model, choose), 5)
             model.save_pretrained(folder)
             (folder / "fit_training.json").write_text(json.dumps(run, indent=1))
         runs[name] = json.loads((folder / "fit_training.json").read_text())
