@@ -35,7 +35,6 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import torch
-from transformers import AutoTokenizer
 
 import pacer_hf
 from pacer_hf.bench.strategy_calls import call_context, resolve_strategies
@@ -128,13 +127,14 @@ def main() -> None:
     parser.add_argument("--pair", default="stdlib", choices=("stdlib", "qwen2.5-coder"))
     parser.add_argument("--target", help="a user's target (Hub id or folder) instead of --pair; needs --draft")
     parser.add_argument("--draft", help="the user's draft (a folder with cheap_draft.json is made cheap as it says)")
+    parser.add_argument("--tokenizer", help="with --target: the tokenizer, when the target's folder or id has none")
     parser.add_argument("--categories", help="comma-separated (default: the stdlib categories for the demo pair, "
                                              "the code chat categories for qwen2.5-coder)")
     args = parser.parse_args()
     if bool(args.target) != bool(args.draft):
         parser.error("--target and --draft go together (a user's pair); or use --pair.")
     torch.set_num_threads(1)
-    pair = _user_pair(args.target, args.draft) if args.target else load_pair(args.pair)
+    pair = _user_pair(args) if args.target else load_pair(args.pair)
     prompts = _prompts(pair, args)
     gammas = [int(g) for g in args.gammas.split(",")]
     settings = {f"sd-fixed-{g}": f"sd-fixed-{g}" for g in gammas}
@@ -178,13 +178,16 @@ def main() -> None:
             json.dump(results, handle, indent=1)
 
 
-def _user_pair(target: str, draft: str) -> SimpleNamespace:
-    """A user's pair loaded as `pacer-hf bench --target --draft` loads it (float32, the target's tokenizer)."""
-    from pacer_hf.bench.user_pair import load_draft
-    from pacer_hf.loading import load_causal_lm
+def _user_pair(args: argparse.Namespace) -> SimpleNamespace:
+    """A user's pair loaded and checked as `pacer-hf bench --target --draft` does (float32; --tokenizer, else the
+    target's)."""
+    from pacer_hf.bench.user_pair import load_draft, tokenizer_of
+    from pacer_hf.loading import check_pair, load_causal_lm
 
-    return SimpleNamespace(target=load_causal_lm(target), draft=load_draft(draft, "float32"),
-                           tokenizer=AutoTokenizer.from_pretrained(target))
+    pair = SimpleNamespace(target=load_causal_lm(args.target), draft=load_draft(args.draft, "float32"),
+                           tokenizer=tokenizer_of(args, args.target))
+    check_pair(pair.target, pair.draft, pair.tokenizer)
+    return pair
 
 
 def _prompts(pair, args) -> dict:
