@@ -64,7 +64,8 @@ class _Buffers:
     def __init__(self, preverifier: PacerPreVerifier, rows: int, vocab: int):
         config, device, dtype = preverifier.config, preverifier.device, preverifier.dtype
         length, heads = config.max_draft_tokens, config.num_attention_heads
-        self.hidden = torch.zeros(rows, length, config.draft_hidden_size, device=device, dtype=dtype)
+        width = config.draft_hidden_size if config.input_mode != "features" else 0  # features only: no hidden read
+        self.hidden = torch.zeros(rows, length, width, device=device, dtype=dtype)
         self.logits = torch.zeros(rows, config.block_size, vocab, device=device)  # the block's raw draft logits
         self.tokens = torch.zeros(rows, length, dtype=torch.long, device=device)
         self.loop = torch.zeros(rows, 3, device=device, dtype=dtype)

@@ -136,14 +136,7 @@ def calibrate_preverifier(preverifier: PacerPreVerifier, traces, costs: CostMode
     """
     scaling = fold_platt_scaling(preverifier, traces) if platt else None
     probs, labels = predict_probs(preverifier, prepare(traces))
-    search = best_setting(acceptance_matrix(labels), probs, costs, block_sizes=block_sizes, rules=rules)
-    best = search["best"]
-    if report_traces is not None:
-        probs, labels = predict_probs(preverifier, prepare(report_traces))
-    acc = acceptance_matrix(labels)
-    table = speedup_table(acc, probs, costs, best["block_size"], best["threshold"] or 0.0, best["rule"],
-                          max_gamma=min(8, acc.shape[1]))
-    auc, ece = auc_ece(probs, labels)
+    best = best_setting(acceptance_matrix(labels), probs, costs, block_sizes=block_sizes, rules=rules)["best"]
     config = preverifier.config
     config.block_size, config.decision_rule = best["block_size"], best["rule"]
     if best["threshold"] is not None:  # expected_gain has none: the cost model decides
@@ -153,12 +146,28 @@ def calibrate_preverifier(preverifier: PacerPreVerifier, traces, costs: CostMode
         "draft_cost": costs.draft_cost, "verify_cost": [round(v, 4) for v in costs.verify_cost],
         "preverifier_cost": costs.preverifier_cost, "round_overhead": costs.round_overhead,
         "ar_overhead": costs.ar_overhead, "round_cost": costs.round_cost and [round(v, 4) for v in costs.round_cost],
-        "chosen": best, "table": table, "auc": auc, "ece": ece,
-        "platt_scaling": scaling, "rounds": len(acc),
-        "reported_on": "report split" if report_traces is not None else "calibration data",
-        **(measured or {}),
+        "chosen": best, "platt_scaling": scaling, **(measured or {}),
     }
     config.calibration = report
+    if report_traces is not None:
+        return report_on(preverifier, report_traces, costs)
+    return _reported(preverifier, probs, labels, costs, "calibration data")
+
+
+def report_on(preverifier: PacerPreVerifier, traces, costs: CostModel) -> dict:
+    """The calibrated pre-verifier's report (`config.calibration`) completed on `traces`, texts its setting was not
+    chosen on: the speedup table under its chosen setting, AUC and ECE. `fit` calls it only for the candidate it keeps."""
+    probs, labels = predict_probs(preverifier, prepare(traces))
+    return _reported(preverifier, probs, labels, costs, "report split")
+
+
+def _reported(preverifier: PacerPreVerifier, probs, labels, costs: CostModel, where: str) -> dict:
+    report, acc = preverifier.config.calibration, acceptance_matrix(labels)
+    best = report["chosen"]
+    table = speedup_table(acc, probs, costs, best["block_size"], best["threshold"] or 0.0, best["rule"],
+                          max_gamma=min(8, acc.shape[1]))
+    auc, ece = auc_ece(probs, labels)
+    report.update(table=table, auc=auc, ece=ece, rounds=len(acc), reported_on=where)
     return report
 
 

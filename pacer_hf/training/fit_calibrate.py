@@ -14,7 +14,7 @@ from ..costs import interleaved
 from ..loops.probes import measure_costs
 from ..loops.stop_rule import preverifier_token_timer
 from ..modeling_pacer import PacerPreVerifier
-from .calibrate import calibrate_preverifier, measure_loop_costs
+from .calibrate import calibrate_preverifier, measure_loop_costs, report_on
 from .traces import load_traces
 from .train import split_by_text
 
@@ -29,7 +29,7 @@ def calibrate_here(target, draft, candidates: dict[str, PacerPreVerifier], heldo
     of them, choosing and reporting, when fewer than 4 texts are held out). Returns (name, calibrated, report)."""
     traces = load_traces(heldout)
     halves = len(set(traces["text_id"])) >= 4
-    choose, report_on = split_by_text(traces, 0.5, seed + 1) if halves else (traces, None)
+    choose, report_half = split_by_text(traces, 0.5, seed + 1) if halves else (traces, None)
     candidates = {name: pv.to(device=draft.device, dtype=draft.dtype).eval() for name, pv in candidates.items()}
     widest = max(pv.config.max_draft_tokens for pv in candidates.values())
     costs = measure_costs(target, draft, None, max_k=max(16, widest), repeats=COST_REPEATS, progress=progress)
@@ -42,10 +42,10 @@ def calibrate_here(target, draft, candidates: dict[str, PacerPreVerifier], heldo
                 "costs": f"measured where the fit ran: context 128, {COST_REPEATS} interleaved repeats, medians; draft "
                          "step and loop overheads measured inside generate"}
     costs = measure_loop_costs(target, draft, costs, new_tokens=LOOP_TOKENS, repeats=1)
-    reports = {name: calibrate_preverifier(pv, choose, replace(costs, preverifier_cost=scoring[name] / costs.step_seconds),
-                                           rules=("expected_gain",), measured=measured, report_traces=report_on)
-               for name, pv in candidates.items()}
-    speeds = {name: report["chosen"]["speedup"] for name, report in reports.items()}
+    own = {name: replace(costs, preverifier_cost=scoring[name] / costs.step_seconds) for name in candidates}
+    speeds = {name: calibrate_preverifier(pv, choose, own[name], rules=("expected_gain",), measured=measured,
+                                          report_traces=None)["chosen"]["speedup"] for name, pv in candidates.items()}
     kept = max(speeds, key=speeds.get)  # ties: the first in `candidates`' order
-    reports[kept]["candidates_simulated"] = {name: round(v, 4) for name, v in speeds.items()}
-    return kept, candidates[kept], reports[kept]
+    report = report_on(candidates[kept], report_half, own[kept]) if halves else candidates[kept].config.calibration
+    report["candidates_simulated"] = {name: round(v, 4) for name, v in speeds.items()}
+    return kept, candidates[kept], report

@@ -49,20 +49,19 @@ class TimeLimit(TrainerCallback):
         return control
 
 
-def train_with_checkpoints(train_traces: Path, eval_traces: Path, output_dir: Path, *, epochs: float,
+def train_with_checkpoints(train_set, eval_set, manifest: dict, output_dir: Path, *, epochs: float,
                            seconds: float | None, max_draft_tokens: int, decoding: str, seed: int = 0,
                            batch_size: int = 64, learning_rate: float = 1e-3, checkpoint_every: int = 50,
                            progress: bool = True, device: str = "cpu",
                            start: PacerPreVerifier | None = None) -> tuple[PacerPreVerifier, dict]:
-    """Train a fresh pre-verifier (or fine-tune `start`) on `train_traces`, resuming from the last checkpoint in
-    `output_dir`, stopping after `epochs` or `seconds`; returns it with AUC/ECE on `eval_traces` and the run."""
-    manifest = read_manifest(train_traces)
+    """Train a fresh pre-verifier (or fine-tune `start`) on `train_set` (prepared rounds of the traces `manifest`
+    describes), resuming from the last checkpoint in `output_dir`, stopping after `epochs` or `seconds`; returns it
+    with AUC/ECE on `eval_set` and the run."""
     set_seed(seed)
     if start is None:
         model = build_preverifier(manifest, max_draft_tokens=max_draft_tokens, decoding=decoding)
     else:
         model = fine_tune_start(start, manifest, max_draft_tokens)
-    train_set, eval_set = prepare(load_traces(train_traces)), prepare(load_traces(eval_traces))
     steps_per_epoch = max(1, math.ceil(len(train_set) / batch_size))
     checkpoint_every = max(1, min(checkpoint_every, steps_per_epoch))  # at least one checkpoint an epoch
     args = TrainingArguments(
@@ -123,22 +122,24 @@ def train_candidates(train_traces: Path, eval_traces: Path, work: Path, mode: st
                      progress: bool = True, device: str = "cpu") -> tuple[dict[str, PacerPreVerifier], dict[str, dict]]:
     """Every candidate by name with its run (each resumable under `work`; the two that train get half of `seconds`
     each). `fit_calibrate.calibrate_here` chooses among them."""
-    rows = len(load_traces(train_traces))
+    manifest, train_rounds = read_manifest(train_traces), load_traces(train_traces)
+    rows, sets = len(train_rounds), None  # the prepared rounds, once, for the candidates that still train
     share = None if seconds is None else seconds / 2
     candidates, runs = {}, {}
     for name in CANDIDATES:
         folder = work / f"candidate-{mode}-{name}"
         if not (folder / "model.safetensors").is_file():
             if name == "as-is":
-                model = fine_tune_start(default, read_manifest(train_traces), max_draft_tokens).eval()
+                model = fine_tune_start(default, manifest, max_draft_tokens).eval()
                 run = {"train_rows": rows, "eval_rows": 0, "epochs_done": 0.0, "steps": 0, "stopped_by_time": False,
                        "resumed_from": None, "train_loss": None, "auc": None, "ece": None}
                 model.config.training = {"untrained": "pacer_hf's default pre-verifier as it is"}
             else:
                 start = default if name == "default" else None
                 tuning = {"most": FINE_TUNE_EPOCHS} if start is not None else {}
+                sets = sets or (prepare(train_rounds), prepare(load_traces(eval_traces)))
                 model, run = train_with_checkpoints(
-                    train_traces, eval_traces, work / f"trainer-{mode}-{name}", seconds=share,
+                    *sets, manifest, work / f"trainer-{mode}-{name}", seconds=share,
                     epochs=epochs_for(rows, share, step_seconds_fresh, **tuning),
                     max_draft_tokens=max_draft_tokens, decoding=mode, seed=seed, progress=progress, device=device,
                     start=start, **({"learning_rate": FINE_TUNE_LEARNING_RATE} if start is not None else {}))
