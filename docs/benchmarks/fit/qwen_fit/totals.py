@@ -9,7 +9,7 @@ import sys
 NAMES = {"hub_cards/qwen-coder-preverifier": "shipped", "/tmp/qfitwork/qwen-pv": "fitted", "default": "default"}
 results = json.load(open(sys.argv[1]))
 time = {NAMES.get(k, k): sum(1 / row["tokens_per_s"] for row in v.values()) for k, v in results.items()}
-ratios = {name: {f"x_{other}": round(time[other] / t, 3) for other in ("ar", "hf-confidence", "sd-fixed-8", "shipped", "default")}
+ratios = {name: {f"vs_{other}": round(time[other] / t, 3) for other in ("ar", "hf-confidence", "sd-fixed-8", "shipped", "default")}
           for name, t in time.items()}
 json.dump({"what": "speed over the 9 requests (time summed) relative to each column's setting", "totals": ratios},
           open(sys.argv[2], "w"), indent=1)
