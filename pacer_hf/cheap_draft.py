@@ -80,6 +80,18 @@ def quantize_linears(draft: nn.Module, *, include_head: bool = False) -> nn.Modu
     return draft
 
 
+def cheapened(draft: nn.Module) -> str | None:
+    """What `restrict_vocabulary` and `quantize_linears` changed in `draft`, in words (None: neither), so a record
+    that names the draft by the folder it was loaded from does not pass an int8 copy off as that folder's model."""
+    head = draft.get_output_embeddings() if hasattr(draft, "get_output_embeddings") else None
+    int8 = sum(1 for module in draft.modules() if type(module).__name__ == "Linear" and type(module) is not nn.Linear
+               and "quantized" in type(module).__module__)
+    parts = [f"int8 weights in {int8} linear layers"] if int8 else []
+    if isinstance(head, SubsetHead):
+        parts.append(f"head over {head.token_ids.numel():,} of {head.out_features:,} tokens")
+    return ", ".join(parts) or None
+
+
 CHEAP_DRAFT_FILE = "cheap_draft.json"  # {"vocabulary": "<file of token ids>" | null, "int8": bool, "int8_head": bool}
 
 

@@ -84,6 +84,20 @@ def test_restricted_draft_keeps_the_target_distribution(sampling_pair):
     assert goodness_of_fit(joint, p12) > 1e-3
 
 
+def test_a_cheapened_draft_is_named_as_what_it_is(qwen_pair):
+    """A fit's card and resume signature name a draft object by its folder: an int8 copy must not pass for it."""
+    from pacer_hf.cheap_draft import cheapened
+    from pacer_hf.training.fit_setup import _model
+
+    _, draft = qwen_pair
+    draft.name_or_path = "org/draft"
+    assert cheapened(draft) is None and _model(draft, "draft", None, "cpu")[1] == "org/draft"
+    cheap = restrict_vocabulary(quantize_linears(copy.deepcopy(draft)), [0, 5, 7])
+    linears = sum(type(m) is torch.nn.Linear for m in draft.modules()) - 1  # all but the head
+    assert cheapened(cheap) == f"int8 weights in {linears} linear layers, head over 3 of 96 tokens"
+    assert _model(cheap, "draft", None, "cpu")[1] == f"org/draft ({cheapened(cheap)})"
+
+
 def test_apply_cheap_draft_reads_the_shipped_choice(qwen_pair, tmp_path):
     import json
 

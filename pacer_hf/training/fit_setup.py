@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..cheap_draft import CHEAP_DRAFT_FILE, apply_cheap_draft
+from ..cheap_draft import CHEAP_DRAFT_FILE, apply_cheap_draft, cheapened
 from ..costs import timed
 from ..loading import DTYPES, check_pair
 
@@ -86,7 +86,9 @@ def _model(value, role: str, dtype: torch.dtype | None, device: str):
             apply_cheap_draft(model, value)
     elif isinstance(value, (PreTrainedModel, torch.nn.Module)) and hasattr(value, "get_output_embeddings"):
         model = value.to(dtype) if dtype is not None and value.dtype != dtype else value
-        name = getattr(value, "name_or_path", None) or type(value).__name__
+        name, changes = getattr(value, "name_or_path", None) or type(value).__name__, cheapened(value)
+        if changes:  # e.g. load_pair's int8 draft: not the model its folder holds
+            name += f" ({changes})"
     else:
         raise ValueError(f"{role}= must be a causal LM object, a Hub id or a local folder; got {type(value).__name__}.")
     return (model if device == "cpu" else model.to(device)).eval(), name
