@@ -80,12 +80,18 @@ def quantize_linears(draft: nn.Module, *, include_head: bool = False) -> nn.Modu
     return draft
 
 
+def is_int8(module: nn.Module) -> bool:
+    """Whether `module` is a linear layer `quantize_linears` made int8: its `weight` is a method returning the packed
+    tensor, where a float layer's is a tensor."""
+    weight = getattr(module, "weight", None)
+    return callable(weight) and not isinstance(weight, torch.Tensor)
+
+
 def cheapened(draft: nn.Module) -> str | None:
     """What `restrict_vocabulary` and `quantize_linears` changed in `draft`, in words (None: neither), so a record
     that names the draft by the folder it was loaded from does not pass an int8 copy off as that folder's model."""
     head = draft.get_output_embeddings() if hasattr(draft, "get_output_embeddings") else None
-    int8 = sum(1 for module in draft.modules() if type(module).__name__ == "Linear" and type(module) is not nn.Linear
-               and "quantized" in type(module).__module__)
+    int8 = sum(map(is_int8, draft.modules()))
     parts = [f"int8 weights in {int8} linear layers"] if int8 else []
     if isinstance(head, SubsetHead):
         parts.append(f"head over {head.token_ids.numel():,} of {head.out_features:,} tokens")

@@ -89,7 +89,7 @@ def test_a_cheapened_draft_is_named_as_what_it_is(qwen_pair):
     from pacer_hf.cheap_draft import cheapened
     from pacer_hf.training.fit_setup import _model
 
-    _, draft = qwen_pair
+    draft = copy.deepcopy(qwen_pair[1])  # named here only: the module's fixture stays as it is
     draft.name_or_path = "org/draft"
     assert cheapened(draft) is None and _model(draft, "draft", None, "cpu")[1] == "org/draft"
     cheap = restrict_vocabulary(quantize_linears(copy.deepcopy(draft)), [0, 5, 7])

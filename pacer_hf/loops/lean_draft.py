@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .._hf_compat import CACHE_KWARG, new_cache
+from ..cheap_draft import is_int8
 
 # pacer_draft_forward=: "auto" (lean when the draft qualifies), "lean" (or raise), "model" (its forward).
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
@@ -113,9 +114,7 @@ class LeanDraft:
         self.head_dim = attn.head_dim
         self.kv_heads = attn.k_proj.out_features // self.head_dim
         self.dtype, self.device = self.embed.dtype, self.embed.device
-        # an int8 module's `weight` is a method returning a packed tensor, a float projection's a tensor
-        quantized = any(not isinstance(p.weight, torch.Tensor)
-                        for p in (attn.q_proj, attn.o_proj, base.layers[0].mlp.down_proj, draft.lm_head))
+        quantized = any(map(is_int8, (attn.q_proj, attn.o_proj, base.layers[0].mlp.down_proj, draft.lm_head)))
         self.tolerance = _QUANTIZED_TOLERANCE if quantized else _TOLERANCE.get(self.dtype, 3e-2)
         self.cos = self.sin = self.embed.new_empty(0, self.head_dim)
 
