@@ -29,6 +29,7 @@ COMMANDS = {
     "calibrate": "pacer_hf.training.calibrate",
     "align-draft": "pacer_hf.training.align",
     "bench": "pacer_hf.bench",
+    "mkl-shim": "pacer_hf.costs.blas",
 }
 
 

@@ -23,6 +23,7 @@ import time
 import torch
 
 from pacer_hf.costs import cpu_name
+from pacer_hf.costs.blas import cpu_vendor, mkl_code_path
 from pacer_hf.loops.probes import measure_costs
 from pacer_hf.pairs import load_pair
 
@@ -47,7 +48,8 @@ def main() -> None:
     record = {
         "pair": args.pair,
         "machine": {"cpu": cpu_name(), "logical_cpus": os.cpu_count(), "torch_threads": args.threads,
-                    "torch": torch.__version__, "platform": platform.platform()},
+                    "torch": torch.__version__, "platform": platform.platform(),
+                    "cpu_vendor": cpu_vendor(), "mkl_path": mkl_code_path()},
         "command": " ".join(["OMP_NUM_THREADS=1", "python", *sys.argv]),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_average_before": [round(x, 2) for x in load],

@@ -11,6 +11,8 @@ import transformers
 
 import pacer_hf
 
+from ..costs.blas import cpu_vendor, mkl_code_path
+
 
 def physical_cores() -> int:
     """Physical cores from /proc/cpuinfo ((physical id, core id) pairs); os.cpu_count() elsewhere."""
@@ -49,4 +51,5 @@ def machine_info(threads: int) -> dict:
             "torch_threads": threads, "torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "platform": platform.platform(),
             "scikit_learn": is_sklearn_available(), "pacer_hf": pacer_hf.__version__,
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "cpu_vendor": cpu_vendor(), "mkl_path": mkl_code_path()}

@@ -82,11 +82,18 @@ def markdown_tables(records: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _mkl_line(machine: dict) -> str:
+    """Which kernels torch's MKL ran (docs/CPU.md): a CPU's cost curve depends on it. Older results lack the field."""
+    path = machine.get("mkl_path")
+    return f"; MKL kernels: {path} ({machine.get('cpu_vendor') or 'vendor unknown'})" if path else ""
+
+
 def machine_lines(meta: dict) -> str:
     m = meta["machine"]
     retune = meta.get("sklearn_retuning", {})
     lines = (f"- CPU: {m['cpu']}, {m['physical_cores']} physical cores ({m['logical_cpus']} logical); "
-             f"torch threads: {m['torch_threads']}; GPU: {m['gpu'] or 'none'}\n"
+             f"torch threads: {m['torch_threads']}; GPU: {m['gpu'] or 'none'}"
+             f"{_mkl_line(m)}\n"
              f"- torch {m['torch']}, transformers {m['transformers']}, Python {m['python']}, pacer_hf {m['pacer_hf']}, "
              f"scikit-learn installed: {m['scikit_learn']}\n- platform: {m['platform']}")
     if "hf-confidence" in retune:

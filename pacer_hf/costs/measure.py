@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from .._hf_compat import CACHE_KWARG, crop_cache, new_cache
+from .blas import cpu_vendor, mkl_code_path
 
 T = TypeVar("T")
 
@@ -147,8 +148,13 @@ def model_key(model) -> str:
 
 
 def processor_name() -> str:
-    """The GPU's name when CUDA is in use, else the CPU's (`cpu_name`)."""
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_name()
+    """The GPU's name when CUDA is in use, else the CPU's (`cpu_name`), marked when MKL runs its Intel kernels on
+    another vendor's CPU (`blas`): the same CPU has another cost curve then."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    if cpu_vendor() not in ("", "GenuineIntel") and mkl_code_path() == "intel":
+        return f"{cpu_name()} (MKL Intel path)"
+    return cpu_name()
 
 
 def cpu_name() -> str:
