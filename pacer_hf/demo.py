@@ -208,10 +208,12 @@ def _cap(preverifier) -> int:
 def machine_gammas(target, draft, max_length: int = 16) -> tuple[int, ...]:
     """`--gammas auto`: the fixed lengths this machine's verify curve favours (`costs.favoured_lengths`), so the
     demo's "x the best fixed length" holds where it runs: the curve differs between CPU kinds (verifying 3 tokens
-    costs one target step on one 2-core Xeon, 4 cost less than 3 on an EPYC), and with it the best fixed length.
+    costs one target step on one 2-core Xeon, 4 cost less than 3 on an EPYC where MKL runs its generic kernels), and
+    with it the best fixed length.
     The verify widths are the probe Pacer's stop rule takes at its first call (`costs.forward_costs`, cached for
     the process, so Pacer does not probe again); a drafted token is the drafting loop's step. 2, 4, 8 without a draft."""
     from .costs import fastest, forward_costs
+    from .costs.blas import cpu_vendor, mkl_code_path
     from .costs.cost_model import favoured_lengths
     from .loops.draft_forwards import draft_step_timer
 
@@ -222,6 +224,9 @@ def machine_gammas(target, draft, max_length: int = 16) -> tuple[int, ...]:
     gammas = favoured_lengths([seconds + k * step for k, seconds in enumerate(verify)], max_length=max_length)
     print(f"fixed lengths this machine's verify curve favours: {', '.join(map(str, gammas))} (verify 1..{len(verify)} "
           f"tokens: {', '.join(f'{1000 * s:.0f}' for s in verify)} ms; a draft step {1000 * step:.0f} ms)")
+    if mkl_code_path() == "generic":
+        print(f"torch's MKL runs its generic kernels on this {cpu_vendor()} CPU, which make short verifies dear; "
+              "`pacer-hf mkl-shim` gives it MKL's Intel kernels (docs/CPU.md)")
     return gammas
 
 

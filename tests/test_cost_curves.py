@@ -17,7 +17,7 @@ from pacer_hf.costs.cost_model import FAVOURED_ACCEPTANCE, favoured_lengths
 from pacer_hf.modeling_pacer import PacerPreVerifier, expected_tokens, round_cost
 
 CURVES = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "qwen_coder" / "cost_curves"
-KINDS = ("intel_xeon", "amd_epyc")
+KINDS = ("intel_xeon", "amd_epyc", "amd_epyc_mkl_intel_path")  # the last: the EPYC with MKL's Intel kernels
 CAP = 24  # the shipped Qwen pre-verifier's rounds
 ACCEPTANCE = (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
 
@@ -81,6 +81,21 @@ def test_the_same_rounds_choose_differently_on_the_two_kinds():
     assert intel.relative()[2] < 1.5 < amd.relative()[1]  # the recorded curves differ where the claim says
 
 
+def test_one_cpu_under_the_two_mkl_paths_has_the_two_kinds_curves_and_choices():
+    """The EPYC with MKL's Intel kernels preloaded (`pacer-hf mkl-shim`, docs/CPU.md) verifies 2-3 tokens for
+    about one step, as the Xeon does, where its generic kernels charge 2-3 steps: the same rounds choose as on the
+    Xeon, not as on the same CPU without the shim."""
+    verify = {kind: recorded(kind)["verify_cost"] for kind in ("amd_epyc_mkl_generic", "amd_epyc_mkl_intel_path",
+                                                                  "intel_xeon")}  # widths 1, 2, 3, ...
+    assert max(verify["amd_epyc_mkl_intel_path"][1:3]) < 1.5 and max(verify["intel_xeon"][1:3]) < 1.5
+    assert min(verify["amd_epyc_mkl_generic"][1:3]) > 2.0
+    preverifier = rule()
+    lengths = {kind: [chosen(preverifier, loop_costs(kind), p)[0] for p in ACCEPTANCE]
+               for kind in ("amd_epyc_mkl_generic", "amd_epyc_mkl_intel_path", "intel_xeon")}
+    assert lengths["amd_epyc_mkl_generic"] != lengths["amd_epyc_mkl_intel_path"], lengths
+    assert 2 in lengths["amd_epyc_mkl_intel_path"] and 2 not in lengths["amd_epyc_mkl_generic"], lengths
+
+
 def round_table(kind: str) -> list[float]:
     costs = recorded(kind)
     return [round_cost(costs["verify_cost"], k) + k * costs["draft_cost"] for k in range(CAP + 1)]
@@ -110,6 +125,20 @@ def test_demo_compares_with_the_lengths_this_machines_curve_favours(monkeypatch)
     assert gammas == favoured_lengths(verify, max_length=8)  # a tiny draft's step is ~1 ms against 1 s steps
     assert 1 not in gammas and 2 not in gammas and 3 in gammas
     assert demo.machine_gammas(target, None) == demo.FALLBACK_GAMMAS
+
+
+@pytest.mark.parametrize("path", ["generic", "intel", "none"])
+def test_demo_names_the_fix_where_mkl_runs_its_generic_kernels(monkeypatch, capsys, path):
+    from pacer_hf import costs, demo
+    from pacer_hf.costs import blas
+
+    monkeypatch.setattr(costs, "forward_costs", lambda model, widths: ("key", {}, [1.0, 1.1, 1.2][:widths], 0.0))
+    monkeypatch.setattr(blas, "mkl_code_path", lambda: path)
+    monkeypatch.setattr(blas, "cpu_vendor", lambda: "AuthenticAMD")
+    target, draft = demo.build_config_pair()
+    demo.machine_gammas(target, draft, max_length=2)
+    printed = capsys.readouterr().out
+    assert ("pacer-hf mkl-shim" in printed) == (path == "generic"), printed
 
 
 def test_a_trimming_rule_ends_a_doubtful_round_with_nothing_proposed_where_short_verifies_are_dear():

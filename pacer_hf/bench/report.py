@@ -85,7 +85,10 @@ def markdown_tables(records: list[dict]) -> str:
 def _mkl_line(machine: dict) -> str:
     """Which kernels torch's MKL ran (docs/CPU.md): a CPU's cost curve depends on it. Older results lack the field."""
     path = machine.get("mkl_path")
-    return f"; MKL kernels: {path} ({machine.get('cpu_vendor') or 'vendor unknown'})" if path else ""
+    if not path:
+        return ""
+    hint = " (`pacer-hf mkl-shim` gives this CPU MKL's Intel kernels: docs/CPU.md)" if path == "generic" else ""
+    return f"; MKL kernels: {path} ({machine.get('cpu_vendor') or 'vendor unknown'}){hint}"
 
 
 def machine_lines(meta: dict) -> str:

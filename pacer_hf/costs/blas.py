@@ -25,12 +25,13 @@ import torch
 SHIM_NAME = "libpacer_mkl_intel_path.so"
 SHIM_SOURCE = "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
 _DEFAULT_DIR = Path.home() / ".cache" / "pacer_hf" / "mkl-shim"
+_CPUINFO = Path("/proc/cpuinfo")
 
 
 def cpu_vendor() -> str:
     """The x86 vendor string ("GenuineIntel", "AuthenticAMD", ...) from /proc/cpuinfo, or "" where there is none."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in _CPUINFO.read_text().splitlines():
             if line.startswith("vendor_id"):
                 return line.split(":", 1)[1].strip()
     except OSError:
@@ -43,7 +44,7 @@ def _preloaded_answer() -> int | None:
     found before the MKL inside torch; None when the scope has no such function (torch's MKL is not global)."""
     try:
         function = ctypes.CDLL(None).mkl_serv_intel_cpu_true
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, TypeError):
         return None
     function.restype = ctypes.c_int
     return int(function())
@@ -77,9 +78,14 @@ def build_shim(out_dir: str | os.PathLike | None = None, compiler: str | None = 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help=f"folder for the library (default {_DEFAULT_DIR})")
     parser.add_argument("--compiler", default=None, help="C compiler (default: the first of cc, gcc, clang found)")
+    parser.add_argument("--print-path", action="store_true",
+                        help="build and print only the library's path: LD_PRELOAD=$(pacer-hf mkl-shim --print-path)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.print_path:
+        print(build_shim(args.out, args.compiler))
+        return 0
     vendor, path = cpu_vendor() or "not x86", mkl_code_path()
     print(f"CPU vendor: {vendor}; torch's MKL in this process: {path}")
     if path == "none":

@@ -13,12 +13,12 @@ import contextlib
 import copy
 import json
 import os
-import platform
 import types
 from pathlib import Path
 
 import torch
 
+from ..costs import processor_name
 from ..hub.publish import METRICS_FILE, render_preverifier_card
 from ..modeling_pacer import PacerPreVerifier
 from .validate import compare_in_generate
@@ -78,7 +78,7 @@ def _device(model) -> str:
     device = model.device
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    return f"CPU ({processor_name()}, {os.cpu_count()} cores)"
 
 
 def _load() -> str:

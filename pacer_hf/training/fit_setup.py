@@ -8,7 +8,6 @@ answers (the data) get what is left, so that the whole call ends near the budget
 from __future__ import annotations
 
 import json
-import platform
 import shutil
 import tempfile
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ..cheap_draft import CHEAP_DRAFT_FILE, apply_cheap_draft, cheapened
-from ..costs import timed
+from ..costs import processor_name, timed
 from ..loading import DTYPES, check_pair
 
 WORK = "fit-work"
@@ -182,7 +181,7 @@ class FitPlan:
             nine = timed(lambda: target.generate(prompt, max_new_tokens=9, min_new_tokens=9, do_sample=False),
                          target.device)[0]
         hardware = (torch.cuda.get_device_name(target.device) if device == "cuda"
-                    else f"CPU ({platform.processor() or platform.machine()}), {torch.get_num_threads()} torch threads")
+                    else f"CPU ({processor_name()}), {torch.get_num_threads()} torch threads")
         return cls(budget_s, started, modes, max((nine - one) / 8, 1e-4), batch_size or (32 if device == "cuda" else 8),
                    sum(r["heldout"] for r in records), max_new_tokens, int(draft.get_output_embeddings().in_features),
                    (torch.float32, torch.bfloat16), hardware)
