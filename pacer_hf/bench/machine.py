@@ -11,6 +11,7 @@ import transformers
 
 import pacer_hf
 
+from ..costs import cpu_name
 from ..costs.blas import cpu_vendor, mkl_code_path
 
 
@@ -37,17 +38,9 @@ def physical_cores() -> int:
 
 def machine_info(threads: int) -> dict:
     """CPU model, cores and library versions: stated next to every published number."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     from transformers.utils import is_sklearn_available
 
-    return {"cpu": model, "physical_cores": physical_cores(), "logical_cpus": os.cpu_count(),
+    return {"cpu": cpu_name(), "physical_cores": physical_cores(), "logical_cpus": os.cpu_count(),
             "torch_threads": threads, "torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "platform": platform.platform(),
             "scikit_learn": is_sklearn_available(), "pacer_hf": pacer_hf.__version__,
