@@ -17,14 +17,25 @@ from pacer_hf.costs import blas, measure
 COMPILER = next((name for name in ("cc", "gcc", "clang") if shutil.which(name)), None)
 
 
-def test_the_vendor_is_read_from_cpuinfo(tmp_path, monkeypatch):
+@pytest.fixture
+def fresh_cpuinfo():
+    """`blas.cpuinfo` reads the file once per process: forget it around a test that swaps the file."""
+    blas.cpuinfo.cache_clear()
+    yield blas.cpuinfo.cache_clear
+    blas.cpuinfo.cache_clear()
+
+
+def test_the_vendor_is_read_from_cpuinfo(tmp_path, monkeypatch, fresh_cpuinfo):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n")
     monkeypatch.setattr(blas, "_CPUINFO", info)
     assert blas.cpu_vendor() == "AuthenticAMD"
+    assert measure.cpu_name() == "AMD EPYC"
     info.write_text("processor\t: 0\nmodel name\t: some ARM core\n")
+    fresh_cpuinfo()
     assert blas.cpu_vendor() == ""
     monkeypatch.setattr(blas, "_CPUINFO", tmp_path / "missing")
+    fresh_cpuinfo()
     assert blas.cpu_vendor() == ""
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import shutil
 import subprocess
@@ -28,20 +29,30 @@ _DEFAULT_DIR = Path.home() / ".cache" / "pacer_hf" / "mkl-shim"
 _CPUINFO = Path("/proc/cpuinfo")
 
 
-def cpu_vendor() -> str:
-    """The x86 vendor string ("GenuineIntel", "AuthenticAMD", ...) from /proc/cpuinfo, or "" where there is none."""
+@functools.cache
+def cpuinfo() -> dict[str, str]:
+    """Each field's first value in /proc/cpuinfo ({} where there is none), read once: the cost probes name the CPU on
+    every call, and on a many-core machine the file is long."""
+    fields: dict[str, str] = {}
     try:
         for line in _CPUINFO.read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return ""
+    return fields
 
 
+def cpu_vendor() -> str:
+    """The x86 vendor string ("GenuineIntel", "AuthenticAMD", ...) from /proc/cpuinfo, or "" where there is none."""
+    return cpuinfo().get("vendor_id", "")
+
+
+@functools.cache
 def _preloaded_answer() -> int | None:
     """What `mkl_serv_intel_cpu_true` answers in the process's global symbol scope, where a preloaded library is
-    found before the MKL inside torch; None when the scope has no such function (torch's MKL is not global)."""
+    found before the MKL inside torch; None when the scope has no such function (torch's MKL is not global). Asked
+    once: what is preloaded is fixed when the process starts."""
     try:
         function = ctypes.CDLL(None).mkl_serv_intel_cpu_true
     except (AttributeError, OSError, TypeError):

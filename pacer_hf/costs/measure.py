@@ -16,7 +16,6 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
 import torch
@@ -24,7 +23,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from .._hf_compat import CACHE_KWARG, crop_cache, new_cache
-from .blas import cpu_vendor, mkl_code_path
+from .blas import cpu_vendor, cpuinfo, mkl_code_path
 
 T = TypeVar("T")
 
@@ -159,10 +158,4 @@ def processor_name() -> str:
 
 def cpu_name() -> str:
     """The CPU's model name (Linux /proc/cpuinfo, else what `platform` knows)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpuinfo().get("model name") or platform.processor() or platform.machine()
