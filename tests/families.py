@@ -26,6 +26,9 @@ _SIZES = {
     "hidden_size": 32, "n_embd": 32, "d_model": 32, "dim": 32, "embed_dim": 32,
     "intermediate_size": 64, "n_inner": 64, "ffn_dim": 64, "ffn_hidden_size": 64,
     "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16, "expert_intermediate_size": 16,
+    "shared_experts_intermediate_size": 16,
+    "vocab_size_per_layer_input": VOCAB, "hidden_size_per_layer_input": 8, "unpadded_vocab_size": VOCAB,
+    "index_n_heads": 2, "index_head_dim": 8, "mamba_n_heads": 4, "mamba_d_head": 16,
     "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2, "n_layers": 2,
     "num_attention_heads": 4, "n_head": 4, "n_heads": 4, "num_heads": 4,
     "num_key_value_heads": 2, "num_kv_heads": 2, "n_kv_heads": 2,
@@ -52,6 +55,34 @@ def tiny_config(model_type: str, **overrides):
         raise TinyModelError(f"no default config: {error}") from error
     if getattr(default, "is_encoder_decoder", False):
         raise TinyModelError("encoder-decoder")
+    kwargs = _shrunk(default)
+    for name in getattr(default, "sub_configs", {}):  # a composite model (vision or audio towers): each part too
+        part = getattr(default, name, None)
+        if part is not None and hasattr(part, "to_dict"):
+            sizes = {key: value for key, value in _shrunk(part).items() if not key.endswith("_token_id")}
+            for key, value in part.to_dict().items():  # its special tokens (a part may need them) inside the vocabulary
+                if key.endswith("_token_id") and isinstance(value, int) and value >= VOCAB:
+                    sizes[key] = VOCAB - 1
+            kwargs[name] = {"model_type": part.model_type, **sizes}  # the rest: its defaults
+    kwargs.update(overrides)
+    for _ in range(5):
+        try:
+            return AutoConfig.for_model(model_type, **kwargs)
+        except Exception as error:
+            needed = re.search(r"Field '(\w+_token_id)' expected int", str(error))
+            if needed is not None and kwargs.get(needed.group(1), 0) is None:
+                kwargs[needed.group(1)] = VOCAB - 1  # a family that needs this special token: the last id
+                continue
+            derived = re.search(r"property '(\w+)' of '\w+' object has no setter", str(error))
+            field = None if derived is None else next((k for k in (derived.group(1), "layer_types") if k in kwargs), None)
+            if field is None:
+                raise TinyModelError(f"config refused the tiny sizes: {str(error)[:200]}") from error
+            del kwargs[field]  # a field the config derives (Mamba's layer kinds): let it
+    raise TinyModelError("config refused the tiny sizes")
+
+
+def _shrunk(default) -> dict:
+    """The tiny sizes for one config (a whole model's, or one part of a composite model's)."""
     fields = set(default.to_dict()) | set(getattr(default, "attribute_map", {}))
     kwargs = {key: value for key, value in _SIZES.items() if key in fields}
     layer_types = getattr(default, "layer_types", None)
@@ -59,6 +90,8 @@ def tiny_config(model_type: str, **overrides):
         kinds = list(dict.fromkeys(layer_types))  # the family's kinds of layer, in order of first use
         kwargs["layer_types"] = [kinds[i % len(kinds)] for i in range(max(2, len(kinds)))]
         kwargs["num_hidden_layers"] = len(kwargs["layer_types"])
+    if "attention_types" in fields:  # GPT-Neo: one global and one local layer
+        kwargs["attention_types"] = [[["global", "local"], 1]]
     if "kv_lora_rank" in fields:  # multi-head latent attention: as many key/value heads as query heads
         kwargs["num_key_value_heads"] = kwargs["num_attention_heads"]
     for key in _WINDOWS:  # a family that can window its attention does, over WINDOW tokens
@@ -67,17 +100,7 @@ def tiny_config(model_type: str, **overrides):
     if "use_sliding_window" in fields:  # Qwen2-style: windows are opt-in, from layer `max_window_layers` on
         kwargs.update(use_sliding_window=True, max_window_layers=1, num_hidden_layers=2)
         kwargs.pop("layer_types", None)  # the config derives them: layer 0 full, layer 1 windowed
-    kwargs.update(overrides)
-    for _ in range(3):
-        try:
-            return AutoConfig.for_model(model_type, **kwargs)
-        except Exception as error:
-            derived = re.search(r"property '(\w+)' of '\w+' object has no setter", str(error))
-            field = None if derived is None else next((k for k in (derived.group(1), "layer_types") if k in kwargs), None)
-            if field is None:
-                raise TinyModelError(f"config refused the tiny sizes: {str(error)[:200]}") from error
-            del kwargs[field]  # a field the config derives (Mamba's layer kinds): let it
-    raise TinyModelError("config refused the tiny sizes")
+    return kwargs
 
 
 def tiny_model(model_type: str, seed: int = 0, dtype: torch.dtype | None = None, **overrides):

@@ -306,6 +306,10 @@ def test_errors(pair):
     with pytest.raises(ValueError, match=r"token_type_ids.*pacer_loop='transformers'"):
         target.generate(ids, token_type_ids=torch.zeros_like(ids), **common)
     assert target._pacer_transformers_call is None
+    # a multimodal model's encoded images: empty on a text prompt (ignored), refused when they hold something
+    with pytest.raises(ValueError, match=r"mm_encoder_outputs.*pacer_loop='transformers'"):
+        target.generate(ids, mm_encoder_outputs={"image": torch.zeros(1, 2, 4)}, **common)
+    assert torch.equal(target.generate(ids, mm_encoder_outputs={}, **common), plain_greedy(target, ids, max_new_tokens=5))
     # what the lean loop refuses, transformers' loop does
     out = target.generate(
         ids, return_dict_in_generate=True, output_hidden_states=True, pacer_loop="transformers", **common

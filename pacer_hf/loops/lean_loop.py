@@ -41,6 +41,8 @@ from .padded_heads import fit_generator, widen
 
 FALLBACK = "pass pacer_loop='transformers' to verify in transformers' own loop"
 _KNOWN_KWARGS = {CACHE_KWARG, "use_cache", "logits_to_keep", "attention_mask", "position_ids"}
+# what transformers passes empty when a call has nothing for it: a multimodal model's encoded images on a text prompt
+_EMPTY_WHEN_UNUSED = {"mm_encoder_outputs"}
 _STATIC_CACHES = ("static", "hybrid", "sliding_window")  # refused by _assisted_decoding too
 
 
@@ -175,6 +177,8 @@ def _check(
             "lean_assisted_decoding needs the draft or a candidate generator: bind one with "
             "functools.partial(lean_assisted_decoding, assistant_model=draft)."
         )
+    unknown = {key for key, value in model_kwargs.items()
+               if key not in _KNOWN_KWARGS and not (key in _EMPTY_WHEN_UNUSED and not value)}
     for name, unsupported in (
         ("synced_gpus", synced_gpus),
         ("output_attentions", config.output_attentions),
@@ -184,7 +188,7 @@ def _check(
             "assistant_ensemble_weight with greedy decoding",
             config.assistant_ensemble_weight is not None and not config.do_sample,
         ),
-        (f"model kwargs {sorted(set(model_kwargs) - _KNOWN_KWARGS)}", set(model_kwargs) - _KNOWN_KWARGS),
+        (f"model kwargs {sorted(unknown)}", unknown),
     ):
         if unsupported:
             raise ValueError(f"pacer_hf's lean verification loop does not support {name}; {FALLBACK}.")
