@@ -1,11 +1,10 @@
 """The Pacer pre-verifier: a small causal transformer layer over the tokens drafted in a round.
 
-Self-contained (torch, transformers and its dependencies, `configuration_pacer`; never the rest of
-pacer_hf) so a Hub repository can carry it for `trust_remote_code=True`. Every drafted token i
-contributes the draft's last hidden state h_i (input of the draft's `lm_head`) and three cheap
-features of the draft distribution; the layer outputs the logit of "token i is accepted given tokens
-< i were accepted" (pacer_hf's docs/ALGORITHM.md). Publishing with a model card is
-`pacer_hf.hub.push_preverifier`; `push_to_hub` is transformers' plain upload.
+Self-contained (torch, transformers and its dependencies, `configuration_pacer`; never the rest of pacer_hf) so a
+Hub repository can carry it for `trust_remote_code=True`. Every drafted token i contributes the draft's last hidden
+state h_i (input of the draft's `lm_head`) and three cheap features of the draft distribution; the layer outputs the
+logit of "token i is accepted given tokens < i were accepted" (pacer_hf's docs/ALGORITHM.md). Publishing with a
+model card is `pacer_hf.hub.push_preverifier`; `push_to_hub` is transformers' plain upload.
 """
 
 from __future__ import annotations
@@ -209,16 +208,9 @@ class PacerPreVerifier(PreTrainedModel):
         config = PacerConfig(**{**defaults, **config_overrides})
         return cls(config)
 
-    def forward(
-        self,
-        draft_hidden_states: torch.Tensor,
-        draft_features: torch.Tensor,
-        labels: torch.Tensor | None = None,
-        return_dict: bool | None = None,
-        cache: tuple[torch.Tensor, torch.Tensor] | None = None,
-        loop_features: torch.Tensor | None = None,
-        **kwargs,
-    ) -> PacerOutput:
+    def forward(self, draft_hidden_states: torch.Tensor, draft_features: torch.Tensor, labels: torch.Tensor | None = None,
+                return_dict: bool | None = None, cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+                loop_features: torch.Tensor | None = None, **kwargs) -> PacerOutput:
         """Per-token acceptance logits for `(batch, tokens, ...)` inputs of one drafting round each.
 
         `labels` hold the acceptance target in [0, 1] per token (soft labels allowed) and -100 on
@@ -289,7 +281,7 @@ class PacerPreVerifier(PreTrainedModel):
         runs; without them, `config.calibration`."""
         config = self.config
         values = token_logits.float().tolist() if isinstance(token_logits, torch.Tensor) else token_logits
-        probs = [1.0 / (1.0 + math.exp(-min(max(x, -60.0), 60.0))) for x in values]
+        probs = [acceptance_probability(x) for x in values]
         block = probs[-config.block_size :]
         if config.decision_rule == "expected_gain":
             if expected_gain_continues(probs, config.block_size, config.max_draft_tokens, costs or config.calibration,
@@ -316,6 +308,11 @@ def round_cost(table: list[float], k: int) -> float:
     return table[-1] + (table[-1] - table[-2] if len(table) > 1 else 0.0) * (k - len(table) + 1)
 
 
+def acceptance_probability(logit: float) -> float:
+    """An acceptance logit as a probability (clamped: a float logit far out of range must not overflow `exp`)."""
+    return 1.0 / (1.0 + math.exp(-min(max(logit, -60.0), 60.0)))
+
+
 def calibrated_round_time(costs: dict):
     """time(k): a round drafting k tokens in target steps under a calibration dict: `round_cost[k]` when measured
     inside generate, else k*draft_cost + verify_cost[k] + round_overhead; plus preverifier_cost per token."""
@@ -336,31 +333,28 @@ def expected_tokens(probs: list[float]) -> list[float]:
     return tokens
 
 
-def best_prefix(probs: list[float], costs: dict) -> int:
-    """How many of the `len(probs)` drafted tokens to propose (greedy only): the prefix k with the most expected
-    tokens, 1 + sum_{i<k} prod_{j<=i} probs[j], per unit of time, where a round that drafted n tokens and proposes k
-    costs time(k) + (n - k) * (draft_cost + preverifier_cost): the drafting is paid, only the verify width changes.
-    Ties go to the shorter prefix, as in the rule's other copies (docs/ALGORITHM.md, "The best prefix")."""
+def _prefix_rates(probs: list[float], costs: dict) -> list[float]:
+    """Per k = 0..len(probs): expected tokens per unit of time proposing the first k of n drafted tokens, at
+    time(k) + (n - k) * (draft_cost + preverifier_cost): the drafting is paid, only the verify width changes."""
     time, n, tokens = calibrated_round_time(costs), len(probs), expected_tokens(probs)
     per_token = costs["draft_cost"] + costs.get("preverifier_cost", 0.0)
-    best, best_rate = 0, -1.0
-    for k in range(n + 1):
-        rate = tokens[k] / (time(k) + (n - k) * per_token)
-        if rate > best_rate:
-            best, best_rate = k, rate
-    return best
+    return [tokens[k] / (time(k) + (n - k) * per_token) for k in range(n + 1)]
+
+
+def best_prefix(probs: list[float], costs: dict) -> int:
+    """How many drafted tokens to propose (greedy only): the best expected rate, ties to the shorter prefix as in the
+    rule's other copies (docs/ALGORITHM.md, "The best prefix")."""
+    rates = _prefix_rates(probs, costs)
+    return rates.index(max(rates))
 
 
 def stop_rate(probs: list[float], costs: dict) -> float:
     """The best expected rate of stopping now with a prefix of the drafted tokens, none included (greedy only), the
     drafting paid: where a narrow verify costs two steps, a doubtful round may be worth ending with a plain step."""
-    time, n, tokens = calibrated_round_time(costs), len(probs), expected_tokens(probs)
-    per_token = costs["draft_cost"] + costs.get("preverifier_cost", 0.0)
-    return max(tokens[k] / (time(k) + (n - k) * per_token) for k in range(n + 1))
+    return max(_prefix_rates(probs, costs))
 
 
-def expected_gain_continues(probs: list[float], block_size: int, max_tokens: int, costs: dict,
-                            trim: bool = False) -> bool:
+def expected_gain_continues(probs: list[float], block_size: int, max_tokens: int, costs: dict, trim: bool = False) -> bool:
     """Whether drafting more blocks is expected to pay, after `len(probs)` drafted tokens (`rows_continue` for one row).
 
     `probs[i]`: the chance token i is accepted given those before it were; a round of n drafted tokens yields
