@@ -17,7 +17,8 @@ from pacer_hf.costs.cost_model import FAVOURED_ACCEPTANCE, favoured_lengths
 from pacer_hf.modeling_pacer import PacerPreVerifier, expected_tokens, round_cost
 
 CURVES = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "qwen_coder" / "cost_curves"
-KINDS = ("intel_xeon", "amd_epyc", "amd_epyc_mkl_intel_path")  # the last: the EPYC with MKL's Intel kernels
+# the EPYC of the first runs (amd_epyc), with MKL's Intel kernels, and a Zen 5 EPYC under both MKL paths
+KINDS = ("intel_xeon", "amd_epyc", "amd_epyc_mkl_intel_path", "amd_epyc_zen5_mkl_generic", "amd_epyc_zen5_mkl_intel_path")
 CAP = 24  # the shipped Qwen pre-verifier's rounds
 ACCEPTANCE = (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
 
@@ -81,19 +82,19 @@ def test_the_same_rounds_choose_differently_on_the_two_kinds():
     assert intel.relative()[2] < 1.5 < amd.relative()[1]  # the recorded curves differ where the claim says
 
 
-def test_one_cpu_under_the_two_mkl_paths_has_the_two_kinds_curves_and_choices():
-    """The EPYC with MKL's Intel kernels preloaded (`pacer-hf mkl-shim`, docs/CPU.md) verifies 2-3 tokens for
-    about one step, as the Xeon does, where its generic kernels charge 2-3 steps: the same rounds choose as on the
-    Xeon, not as on the same CPU without the shim."""
-    verify = {kind: recorded(kind)["verify_cost"] for kind in ("amd_epyc_mkl_generic", "amd_epyc_mkl_intel_path",
-                                                                  "intel_xeon")}  # widths 1, 2, 3, ...
-    assert max(verify["amd_epyc_mkl_intel_path"][1:3]) < 1.5 and max(verify["intel_xeon"][1:3]) < 1.5
-    assert min(verify["amd_epyc_mkl_generic"][1:3]) > 2.0
+@pytest.mark.parametrize("cpu", ["amd_epyc", "amd_epyc_zen5"])
+def test_one_cpu_under_the_two_mkl_paths_has_the_two_kinds_curves_and_choices(cpu):
+    """An EPYC with MKL's Intel kernels preloaded (`pacer-hf mkl-shim`, docs/CPU.md) verifies 2-3 tokens for 1.2-1.6
+    steps (the Xeon: about one), where its generic kernels charge 2-3 steps: the same rounds choose differently on
+    the same CPU with and without the shim. Two EPYC generations, each recorded under both paths."""
+    generic, intel_path = f"{cpu}_mkl_generic", f"{cpu}_mkl_intel_path"
+    verify = {kind: recorded(kind)["verify_cost"] for kind in (generic, intel_path, "intel_xeon")}  # widths 1, 2, ...
+    assert max(verify[intel_path][1:3]) < 1.6 and max(verify["intel_xeon"][1:3]) < 1.5
+    assert min(verify[generic][1:3]) > 2.0
     preverifier = rule()
-    lengths = {kind: [chosen(preverifier, loop_costs(kind), p)[0] for p in ACCEPTANCE]
-               for kind in ("amd_epyc_mkl_generic", "amd_epyc_mkl_intel_path", "intel_xeon")}
-    assert lengths["amd_epyc_mkl_generic"] != lengths["amd_epyc_mkl_intel_path"], lengths
-    assert 2 in lengths["amd_epyc_mkl_intel_path"] and 2 not in lengths["amd_epyc_mkl_generic"], lengths
+    lengths = {kind: [chosen(preverifier, loop_costs(kind), p)[0] for p in ACCEPTANCE] for kind in (generic, intel_path)}
+    assert lengths[generic] != lengths[intel_path], lengths
+    assert 2 in lengths[intel_path] and 2 not in lengths[generic], lengths
 
 
 def round_table(kind: str) -> list[float]:
