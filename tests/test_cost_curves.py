@@ -82,14 +82,14 @@ def test_the_same_rounds_choose_differently_on_the_two_kinds():
     assert intel.relative()[2] < 1.5 < amd.relative()[1]  # the recorded curves differ where the claim says
 
 
-@pytest.mark.parametrize("cpu", ["amd_epyc", "amd_epyc_zen5"])
-def test_one_cpu_under_the_two_mkl_paths_has_the_two_kinds_curves_and_choices(cpu):
-    """An EPYC with MKL's Intel kernels preloaded (`pacer-hf mkl-shim`, docs/CPU.md) verifies 2-3 tokens for 1.2-1.6
-    steps (the Xeon: about one), where its generic kernels charge 2-3 steps: the same rounds choose differently on
-    the same CPU with and without the shim. Two EPYC generations, each recorded under both paths."""
+@pytest.mark.parametrize(("cpu", "short_verify"), [("amd_epyc", 1.5), ("amd_epyc_zen5", 1.6)])
+def test_one_cpu_under_the_two_mkl_paths_has_the_two_kinds_curves_and_choices(cpu, short_verify):
+    """An EPYC with MKL's Intel kernels preloaded (`pacer-hf mkl-shim`, docs/CPU.md) verifies 2-3 tokens for under
+    1.5 steps (the earlier EPYC; the Zen 5's 3-token verify is 1.53) where its generic kernels charge 2-3 steps, as
+    the Xeon does for about one: the same rounds choose differently on the same CPU with and without the shim."""
     generic, intel_path = f"{cpu}_mkl_generic", f"{cpu}_mkl_intel_path"
     verify = {kind: recorded(kind)["verify_cost"] for kind in (generic, intel_path, "intel_xeon")}  # widths 1, 2, ...
-    assert max(verify[intel_path][1:3]) < 1.6 and max(verify["intel_xeon"][1:3]) < 1.5
+    assert max(verify[intel_path][1:3]) < short_verify and max(verify["intel_xeon"][1:3]) < 1.5
     assert min(verify[generic][1:3]) > 2.0
     preverifier = rule()
     lengths = {kind: [chosen(preverifier, loop_costs(kind), p)[0] for p in ACCEPTANCE] for kind in (generic, intel_path)}
