@@ -451,6 +451,29 @@ def test_refused_before_any_forward(pair, case):
     assert forwards == [], "the error must come before any model forward"
 
 
+def test_model_kwargs_the_loop_would_drop_are_refused(pair):
+    """Model kwargs the batched loop does not feed the target (a multimodal model's encoded images, token types) are
+    refused before its first forward, not dropped: dropped, they would decode another text. transformers' empty
+    image encodings on a text prompt are no such input. (The loop sees these kwargs only inside generate, after the
+    once-per-model cache probe, so a first call runs that probe here.)"""
+    target, draft = pair("llama", "noisy")
+    ids, mask = left_padded((2, 4, 3))
+    call = {"input_ids": ids, "attention_mask": mask, "max_new_tokens": 5, "assistant_model": draft,
+            "pacer": "sd-fixed-3", "pad_token_id": PAD, "do_sample": False}
+    expected = target.generate(**call)
+    assert torch.equal(target.generate(**call, mm_encoder_outputs={}), expected)
+    forwards = []
+    hooks = [model.register_forward_pre_hook(lambda *args: forwards.append(1)) for model in (target, draft)]
+    try:
+        with pytest.raises(ValueError, match=r"batched loop does not support model kwargs \['mm_encoder_outputs'\]"
+                                             r".*once per prompt with pacer_loop='transformers'"):
+            target.generate(**call, mm_encoder_outputs={"image": torch.zeros(3, 2, 4)})
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert forwards == [], "the error must come before the loop's first forward"
+
+
 def test_batch_too_large_for_memory_refused_before_any_forward(pair, monkeypatch):
     """A batch whose KV caches cannot fit is refused up front, naming the size and the fix."""
     target, draft = pair("llama", "noisy")

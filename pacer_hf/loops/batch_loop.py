@@ -35,7 +35,7 @@ from ..costs import BatchClock, timed
 from ..modeling_pacer import PacerPreVerifier
 from ..stats import PacerStats
 from .batch_cache import RowCache, draft_row_cache
-from .lean_loop import accept_step, process_positions
+from .lean_loop import accept_step, process_positions, unsupported_model_kwargs
 from .padded_heads import fit_row_cache
 from .stop_rule import BatchStopRule, next_round_loop
 
@@ -180,6 +180,9 @@ def batched_assisted_decoding(
     **model_kwargs,
 ) -> GenerateDecoderOnlyOutput | torch.LongTensor:
     """A `custom_generate` decoding method for B left-padded prompts (`pacer_hf.enable` binds `plan`)."""
+    if unknown := unsupported_model_kwargs(model_kwargs):
+        raise ValueError(f"pacer_hf's batched loop does not support model kwargs {unknown}; call generate once per "
+                         "prompt with pacer_loop='transformers' for them.")
     config = generation_config
     device = input_ids.device
     stats = plan.stats

@@ -163,6 +163,13 @@ def accept_step(config: GenerationConfig, drafted: torch.LongTensor, candidate_l
     return tokens
 
 
+def unsupported_model_kwargs(model_kwargs: dict) -> list[str]:
+    """The model kwargs pacer_hf's loops do not feed the target (e.g. `token_type_ids`, encoded images): a loop that
+    went on would drop them and decode another text, so both loops refuse them."""
+    return sorted(key for key, value in model_kwargs.items()
+                  if key not in _KNOWN_KWARGS and not (key in _EMPTY_WHEN_UNUSED and not value))
+
+
 def _check(
     model: PreTrainedModel,
     input_ids: torch.LongTensor,
@@ -177,8 +184,7 @@ def _check(
             "lean_assisted_decoding needs the draft or a candidate generator: bind one with "
             "functools.partial(lean_assisted_decoding, assistant_model=draft)."
         )
-    unknown = {key for key, value in model_kwargs.items()
-               if key not in _KNOWN_KWARGS and not (key in _EMPTY_WHEN_UNUSED and not value)}
+    unknown = unsupported_model_kwargs(model_kwargs)
     for name, unsupported in (
         ("synced_gpus", synced_gpus),
         ("output_attentions", config.output_attentions),
@@ -188,7 +194,7 @@ def _check(
             "assistant_ensemble_weight with greedy decoding",
             config.assistant_ensemble_weight is not None and not config.do_sample,
         ),
-        (f"model kwargs {sorted(unknown)}", unknown),
+        (f"model kwargs {unknown}", unknown),
     ):
         if unsupported:
             raise ValueError(f"pacer_hf's lean verification loop does not support {name}; {FALLBACK}.")
