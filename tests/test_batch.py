@@ -21,6 +21,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, TextStreamer
 import pacer_hf
 import pacer_hf.loops.batch_cache
 import pacer_hf.loops.batch_loop
+from pacer_hf._hf_compat import check_cache_support
 
 PAD = 0
 STRATEGIES = ("sd-fixed-4", "pacer", "ouroboros", "pacer+ouroboros")
@@ -440,6 +441,7 @@ def test_refused_before_any_forward(pair, case):
         del call["attention_mask"]
     if call["assistant_model"] is None:
         del call["assistant_model"]
+    check_cache_support(target, "target")  # the once-per-model probe of the target's cache runs forwards; not this test's
     forwards = []
     hooks = [model.register_forward_pre_hook(lambda *args: forwards.append(1)) for model in (target, draft)]
     try:
