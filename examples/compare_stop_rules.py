@@ -11,7 +11,9 @@ warm-up call each, and every output is checked against plain decoding
 (`pacer_hf.training.validate.compare_in_generate`). `--pair qwen2.5-coder` runs the Qwen2.5-Coder pair (its cheap draft)
 on the benchmark's code chat categories, with its shipped pre-verifier when no folder is given; `--target/--draft`
 run a user's own pair (Hub ids or folders, as `pacer-hf bench` loads them) on the chat categories. A pre-verifier
-named `default` is pacer_hf's default one (what `pacer=True` uses for a draft without one). Prints tokens/s and
+named `default` is pacer_hf's default one (what `pacer=True` uses for a draft without one). `--costs CURVE` runs
+each pre-verifier twice, as measured where it runs (probe and online refit) and as "NAME@recorded" deciding with a
+recorded curve (`scripts/record_cost_curve.py`): whether the probe reads the machine well enough. Prints tokens/s and
 speed over the target alone per category,
 the median over categories, and each setting's speed over the best fixed γ of the same category; writes them as
 JSON with --out. `--hf` adds transformers' own schedules, as the benchmark runs them: `hf-confidence` (the default
@@ -31,6 +33,7 @@ import argparse
 import json
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
 
@@ -128,6 +131,8 @@ def main() -> None:
     parser.add_argument("--target", help="a user's target (Hub id or folder) instead of --pair; needs --draft")
     parser.add_argument("--draft", help="the user's draft (a folder with cheap_draft.json is made cheap as it says)")
     parser.add_argument("--tokenizer", help="with --target: the tokenizer, when the target's folder or id has none")
+    parser.add_argument("--costs", help="a recorded cost curve (scripts/record_cost_curve.py): each pre-verifier also "
+                                        "runs deciding with it (`pacer_costs=` its table), beside the probe it measures")
     parser.add_argument("--categories", help="comma-separated (default: the stdlib categories for the demo pair, "
                                              "the code chat categories for qwen2.5-coder)")
     args = parser.parse_args()
@@ -142,6 +147,12 @@ def main() -> None:
                      else pacer_hf.PacerPreVerifier.from_pretrained(path) for path in args.preverifiers})
     if not args.preverifiers and args.pair != "stdlib" and not args.target:
         settings["pacer"] = pair.preverifier
+    setting_kwargs = {}
+    if args.costs:  # a twin of each pre-verifier setting that decides with the recorded curve instead of the probe
+        table = recorded_round_costs(args.costs)
+        for name, value in list(settings.items()):
+            if isinstance(value, pacer_hf.PacerPreVerifier):
+                settings[f"{name}@recorded"], setting_kwargs[f"{name}@recorded"] = value, {"pacer_costs": table}
     first = next((v for v in settings.values() if isinstance(v, pacer_hf.PacerPreVerifier)), None)
     if args.oracle:
         cap = first.config.max_draft_tokens if first is not None else max(gammas)
@@ -158,7 +169,7 @@ def main() -> None:
             out = pair.target.generate(torch.tensor([prompt]), max_new_tokens=args.max_new_tokens, do_sample=False)
             REFERENCES[tuple(prompt)] = out[0].tolist()
         rows = compare_in_generate(pair.target, pair.draft, ids, settings, args.runs, args.max_new_tokens, warmup=True,
-                                   contexts=contexts)
+                                   contexts=contexts, setting_kwargs=setting_kwargs)
         best_fixed = max(row["vs_ar"] for name, row in rows.items() if name.startswith("sd-fixed"))
         gap = rows["oracle-trim"]["vs_ar"] - best_fixed if args.oracle else 0.0
         for name, row in rows.items():
@@ -176,6 +187,14 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as handle:
             json.dump(results, handle, indent=1)
+
+
+def recorded_round_costs(path: str) -> list[float]:
+    """A recorded curve's round costs in target steps, k = 0.. drafted tokens: k draft steps and a verify of k + 1."""
+    costs = json.loads(Path(path).read_text())["costs"]
+    if costs.get("draft_cost") is None:
+        raise SystemExit(f"--costs {path}: the curve has no draft step (record it with a draft), so it prices no round.")
+    return [k * costs["draft_cost"] + verify for k, verify in enumerate(costs["verify_cost"])]
 
 
 def _user_pair(args: argparse.Namespace) -> SimpleNamespace:

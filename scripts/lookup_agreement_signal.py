@@ -10,11 +10,14 @@ Needs scikit-learn (the `bench` extra).
 
     python scripts/lookup_agreement_signal.py --preverifier hub_cards/demo-preverifier \\
         --traces runs/demo_pair/onpolicy/traces-heldout --answers runs/demo_pair/onpolicy/responses.jsonl
+    python scripts/lookup_agreement_signal.py --preverifier hub_cards/qwen-coder-preverifier \\
+        --traces runs/curve_replay/traces --answers runs/curve_replay/answers.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -44,12 +47,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preverifier", required=True)
     parser.add_argument("--traces", required=True, help="held-out traces of collect_along_answers")
-    parser.add_argument("--answers", required=True, help="the responses.jsonl those traces were collected from")
+    parser.add_argument("--answers", required=True, help="the responses.jsonl those traces were collected from (its "
+                                                         "held-out records), or scripts/curve_replay.py's answers.json")
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--preverifier-cost", type=float, default=0.005,
                         help="the stop rule's cost per drafted token in target steps (the compiled scorer's: 0.005)")
     args = parser.parse_args()
-    records = [r for r in read_records(Path(args.answers)) if r["heldout"] and r["response"]]
+    path = Path(args.answers)
+    if path.suffix == ".json":  # curve_replay's answers: every one held out, traced in this order
+        records = [r for r in json.loads(path.read_text()) if r["response"]]
+    else:
+        records = [r for r in read_records(path) if r["heldout"] and r["response"]]
     traces = load_traces(args.traces)
     preverifier = load_preverifier(args.preverifier).eval()
     with torch.no_grad():

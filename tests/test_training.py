@@ -356,6 +356,25 @@ def test_round_costs_measured_in_generate_and_validation_on_the_clock(tiny_pair,
     assert rows["ar"]["tau"] == 1.0 and rows["sd-fixed-2"]["tau"] > 1.0 and 0 < rows["sd-fixed-2"]["alpha"] <= 1
 
 
+def test_compare_in_generate_gives_setting_kwargs_to_that_setting_only(tiny_pair):
+    """`setting_kwargs` reach the named setting's calls (examples/compare_stop_rules.py --costs: one pre-verifier
+    deciding with a given cost table beside the same one measuring), and no other setting's."""
+    from pacer_hf.training.validate import compare_in_generate
+
+    target, draft = tiny_pair
+    prompts = corpus(1, 10, seed=11)
+    pv = make_preverifier(draft, block_size=1, threshold=0.5, max_draft_tokens=4)
+    rows = compare_in_generate(target, draft, prompts, {"measured": pv, "given": pv}, runs=1, max_new_tokens=8,
+                               setting_kwargs={"given": {"pacer_costs": [1.0, 1.5, 2.0, 2.5, 3.0]}})
+    assert set(rows) == {"ar", "measured", "given"}
+    bad = {"pacer_costs": "nope"}
+    with pytest.raises(ValueError, match=r"pacer_costs='nope'"):
+        compare_in_generate(target, draft, prompts, {"sd-fixed-2": "sd-fixed-2"}, runs=1, max_new_tokens=8,
+                            setting_kwargs={"sd-fixed-2": bad})
+    compare_in_generate(target, draft, prompts, {"sd-fixed-2": "sd-fixed-2"}, runs=1, max_new_tokens=8,
+                        setting_kwargs={"another": bad})
+
+
 def test_compare_in_generate_runs_transformers_own_schedule_in_its_context(tiny_pair):
     """pacer=False is transformers' assisted generation with the draft, its schedule set by the setting's context
     for each call (and put back after it); its output is checked against the target's like every setting's."""

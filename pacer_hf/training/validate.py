@@ -26,13 +26,14 @@ from ..loops.recent_acceptance import SeparateMemories
 def compare_in_generate(target: PreTrainedModel, draft: PreTrainedModel, prompts: list[list[int]],
                         settings: dict[str, Any], runs: int = 2, max_new_tokens: int = 64, warmup: bool = False,
                         contexts: dict[str, Callable[[], AbstractContextManager]] | None = None,
-                        **generate_kwargs) -> dict[str, dict]:
+                        setting_kwargs: dict[str, dict] | None = None, **generate_kwargs) -> dict[str, dict]:
     """`settings`: name -> `pacer=` value (None: the target alone, always run as "ar"; False: transformers' own
     assisted generation with `draft`, whose schedule `contexts[name]` sets). Greedy decoding.
 
     `warmup` runs every setting once on the first prompt first (untimed: the lean draft forward's one-time
-    check); `contexts`: name -> a context manager factory each call of that setting runs in; `generate_kwargs` go
-    to every call (e.g. `min_new_tokens`). Returns name -> {"tokens_per_s", "vs_ar", "mean_draft", "tau",
+    check); `contexts`: name -> a context manager factory each call of that setting runs in; `setting_kwargs`:
+    name -> generate kwargs of that setting only (e.g. `pacer_costs`); `generate_kwargs` go to every call (e.g.
+    `min_new_tokens`). Returns name -> {"tokens_per_s", "vs_ar", "mean_draft", "tau",
     "alpha"} over all prompts and runs (tau, alpha: means over calls; not recorded for pacer=False)."""
     enabled_here = EnabledState(target).plain_generate is None
     enable(target)
@@ -44,7 +45,8 @@ def compare_in_generate(target: PreTrainedModel, draft: PreTrainedModel, prompts
         def call(name: str, pacer, inputs: torch.Tensor, max_new_tokens: int, **kwargs):
             with memories.of(name), (contexts or {}).get(name, nullcontext)():
                 return timed(partial(target.generate, inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                     assistant_model=draft if pacer is not None else None, pacer=pacer, **kwargs),
+                                     assistant_model=draft if pacer is not None else None, pacer=pacer, **kwargs,
+                                     **(setting_kwargs or {}).get(name, {})),
                              target.device)
 
         for name, pacer in settings.items() if warmup else ():
