@@ -1,7 +1,8 @@
 """Ratios the docs quote for the Zen 5 EPYC (command.txt): python ratios.py > ratios.json
 
 greedy_intel/, greedy_generic/: examples/compare_stop_rules.py (MKL's Intel kernels preloaded, and without);
-t1_intel/, t1_generic/: pacer-hf bench at T = 1 (the same two paths)."""
+t1_intel/, t1_generic/: pacer-hf bench at T = 1 (the same two paths); bound/compare_costs.json:
+compare_stop_rules.py --gammas 8,16,24 --costs (generic kernels; bound/command.txt)."""
 import json
 import statistics
 from pathlib import Path
@@ -73,4 +74,11 @@ if "greedy_intel" in report and "greedy_generic" in report:
         s: median_of({c: round(i[s][c]["tokens_per_s"] / g[s][c]["tokens_per_s"], 3) for c in i[s]}) for s in i if s in g}
     report["greedy_pacer_intel_path_over_best_generic_setting"] = median_of({
         c: round(i[PACER][c]["tokens_per_s"] / max(g[s][c]["tokens_per_s"] for s in g), 3) for c in i[PACER]})
+if (HERE / "bound" / "compare_costs.json").exists():
+    b = json.loads((HERE / "bound" / "compare_costs.json").read_text())
+    report["bound_compare_costs"] = {
+        f"pacer_over_{s}_ratio": median_of({c: round(b["pacer"][c]["tokens_per_s"] / b[s][c]["tokens_per_s"], 3)
+                                            for c in b["pacer"]}) for s in ("sd-fixed-8", "sd-fixed-24")}
+    report["bound_compare_costs"]["stop_only_oracle_of_greedy_generic_over_sd-fixed-24_ratio"] = median_of({
+        c: round(g["oracle"][c]["vs_ar"] / b["sd-fixed-24"][c]["vs_ar"], 3) for c in b["pacer"]})
 print(json.dumps(report, indent=1))
