@@ -33,7 +33,6 @@ import argparse
 import json
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
 
@@ -41,6 +40,7 @@ import torch
 
 import pacer_hf
 from pacer_hf.bench.strategy_calls import call_context, resolve_strategies
+from pacer_hf.costs.cost_model import recorded_calibration
 from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
 from pacer_hf.data.prompts import CATEGORIES, build_prompts
 from pacer_hf.loops.draft_loop import PacerCandidateGenerator
@@ -191,8 +191,8 @@ def main() -> None:
 
 def recorded_round_costs(path: str) -> list[float]:
     """A recorded curve's round costs in target steps, k = 0.. drafted tokens: k draft steps and a verify of k + 1."""
-    costs = json.loads(Path(path).read_text())["costs"]
-    if costs.get("draft_cost") is None:
+    costs = recorded_calibration(path)
+    if costs is None:
         raise SystemExit(f"--costs {path}: the curve has no draft step (record it with a draft), so it prices no round.")
     return [k * costs["draft_cost"] + verify for k, verify in enumerate(costs["verify_cost"])]
 

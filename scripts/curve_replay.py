@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from pacer_hf.costs import CostModel, cpu_name
+from pacer_hf.costs.cost_model import recorded_calibration
 from pacer_hf.data.chat_prompts import chat_prompts
 from pacer_hf.pairs import load_pair
 from pacer_hf.training import simulate
@@ -128,9 +129,8 @@ def main() -> None:
     result = {"command": " ".join(["OMP_NUM_THREADS=1", "python", *sys.argv]), "machine": cpu_name(),
               "answers": [r["key"] for r in records], "rounds": len(acc), "cap": cap, "curves": {}}
     for path in args.curves:
-        recorded = json.loads(Path(path).read_text())
-        calibration = {**recorded["costs"], "preverifier_cost": recorded["costs"].get("preverifier_cost") or 0.0}
-        if calibration.get("draft_cost") is None:
+        calibration = recorded_calibration(path)
+        if calibration is None:
             continue  # a verify curve without a draft step cannot price a round
         costs = CostModel.from_calibration(calibration)
         result["curves"][path] = replay(acc, probs, costs, cap)

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from pacer_hf.costs import CostModel
+from pacer_hf.costs.cost_model import recorded_calibration
 from pacer_hf.generation import load_preverifier
 from pacer_hf.modeling_pacer import calibrated_round_time
 from pacer_hf.training import simulate
@@ -71,8 +72,8 @@ def bound(probs: np.ndarray, acc: np.ndarray, calibration: dict, offsets: list[f
     costs, time, cap = CostModel.from_calibration(calibration), calibrated_round_time(calibration), probs.shape[1]
     fixed = {g: simulate.speedup(acc, simulate.fixed_lengths(acc, g), costs) for g in range(1, cap + 1)}
     best = max(fixed[g] for g in (2, 4, 6, 8) if g <= cap)
-    accepted = np.cumprod(simulate.oracle_lengths(acc)[1], axis=1).sum(1)
-    oracle = simulate.speedup(simulate.oracle_lengths(acc)[1], np.minimum(accepted + 1, cap), costs)
+    accepted, hard = simulate.oracle_lengths(acc)
+    oracle = simulate.speedup(hard, np.minimum(accepted + 1, cap), costs)
 
     def row(lengths: np.ndarray, speed: float | None = None) -> dict:
         speed = simulate.speedup(acc, lengths, costs, True) if speed is None else speed
@@ -105,11 +106,8 @@ def main() -> None:
     offsets = [float(x) for x in args.offsets.split(",") if x]
     calibrations = {"stored calibration": dict(preverifier.config.calibration)}
     if args.curves:
-        calibrations = {}
-        for path in args.curves:
-            costs = json.loads(Path(path).read_text()).get("costs") or {}
-            if costs.get("draft_cost") is not None:  # a verify curve without a draft step cannot price a round
-                calibrations[path] = {**costs, "preverifier_cost": costs.get("preverifier_cost") or 0.0}
+        recorded = {path: recorded_calibration(path) for path in args.curves}
+        calibrations = {path: c for path, c in recorded.items() if c is not None}  # a verify-only curve prices no round
     print(f"{len(acc)} rounds of up to {probs.shape[1]} drafted tokens")
     result = {"command": " ".join(["python", *sys.argv]), "rounds": len(acc), "curves": {}}
     for name, calibration in calibrations.items():

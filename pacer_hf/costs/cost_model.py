@@ -6,7 +6,9 @@ extrapolation rule)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -81,3 +83,12 @@ def favoured_lengths(round_time, acceptance=FAVOURED_ACCEPTANCE, max_length: int
     lengths = np.arange(1, max_length + 1)
     seconds = curve.at(lengths)
     return tuple(sorted({int(lengths[np.argmax((1 - a ** (lengths + 1)) / (1 - a) / seconds)]) for a in acceptance}))
+
+
+def recorded_calibration(path: str | Path) -> dict | None:
+    """The calibration a curve recorded by `scripts/record_cost_curve.py` prices rounds with (its `costs`, a
+    pre-verifier cost of 0 where it has none), or None for a curve without a draft step, which prices no round."""
+    costs = json.loads(Path(path).read_text())["costs"]
+    if costs.get("draft_cost") is None:
+        return None
+    return {**costs, "preverifier_cost": costs.get("preverifier_cost") or 0.0}
