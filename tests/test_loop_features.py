@@ -201,8 +201,7 @@ def test_sampled_traces_label_each_sampled_token_with_its_acceptance_probability
     from pacer_hf.training.collect_answers import collect_along_answers
     from pacer_hf.training.traces import load_traces, read_manifest
 
-    target, draft = pair("llama", "noisy")
-    target, draft = target.float(), draft.float()
+    target, draft = pair("llama", "noisy", torch.float32)  # the cached pair: converting one in place leaks into others
     torch.manual_seed(0)
     vocab = target.config.vocab_size
     records = _answers(target, top_k=vocab, do_sample=True)  # every token's log-probability recorded: p is exact
