@@ -44,6 +44,7 @@ from pacer_hf.costs.cost_model import recorded_calibration
 from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
 from pacer_hf.data.prompts import CATEGORIES, build_prompts
 from pacer_hf.loops.draft_loop import PacerCandidateGenerator
+from pacer_hf.modeling_pacer import calibrated_round_time
 from pacer_hf.pairs import load_pair
 from pacer_hf.stats import PacerStats
 from pacer_hf.strategies.registry import StrategyCall, StrategyContext
@@ -190,11 +191,13 @@ def main() -> None:
 
 
 def recorded_round_costs(path: str) -> list[float]:
-    """A recorded curve's round costs in target steps, k = 0.. drafted tokens: k draft steps and a verify of k + 1."""
+    """A recorded curve's round costs in target steps, k = 0.. drafted tokens, priced as `generate` prices a stored
+    calibration (`calibrated_round_time`: k draft steps and pre-verifier scorings, a verify of k + 1)."""
     costs = recorded_calibration(path)
     if costs is None:
         raise SystemExit(f"--costs {path}: the curve has no draft step (record it with a draft), so it prices no round.")
-    return [k * costs["draft_cost"] + verify for k, verify in enumerate(costs["verify_cost"])]
+    time = calibrated_round_time(costs)
+    return [time(k) for k in range(len(costs["verify_cost"]))]
 
 
 def _user_pair(args: argparse.Namespace) -> SimpleNamespace:
