@@ -326,6 +326,27 @@ def test_a_probe_waits_until_its_catch_up_is_a_small_share_of_the_plain_time():
         assert plain == PROBE_EVERY, "its probes do not back off"
 
 
+def test_no_one_call_pays_more_than_its_share_for_a_probe():
+    """A known pair that does not pay, long past its last probe (plain rounds in earlier calls): a probe whose catch-up
+    (290 unread tokens at a third of a plain step each) costs more than PROBE_SHARE of the plain steps the call has
+    left waits for a call with more left; without a length limit, the plain rounds since the last probe decide."""
+    from pacer_hf.loops.stop_rule import PROBE_SHARE, PacerStopRule
+    from pacer_hf.stats import PacerStats
+
+    def rule() -> PacerStopRule:
+        made = PacerStopRule(_expected_gain_preverifier(build_draft(build_model("llama"), "noisy")), PacerStats("t"))
+        made.costs = RoundCosts([1.0 + 0.8 * k for k in range(7)], "given", online=False)
+        made.recent.tried, made.recent.long_tried, made.recent.accepted, made.recent.long_accepted = 10.0, 40.0, 2.0, 8.0
+        made.judged, made.recent.skipped = 10.0, 10**6
+        made.recent.read(300, 300 * made.costs.seconds()[0] / 3)
+        return made
+
+    enough = math.ceil(290 / 3 / PROBE_SHARE)
+    assert not rule().drafts_this_round(290, enough - 2)
+    assert rule().drafts_this_round(290, enough + 1)
+    assert rule().drafts_this_round(290)
+
+
 def test_plain_step_decision_is_the_best_expected_rate(monkeypatch):
     """drafts_this_round drafts exactly when some length k, at the recent accepted share a (k tokens in a row, each
     accepted with a), yields more tokens per second than a plain step: brute force over shares and cost tables."""

@@ -15,6 +15,7 @@ import json
 import platform
 import statistics
 import time
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -141,9 +142,21 @@ def model_key(model) -> str:
     config = model.config.to_dict()
     config.pop("_name_or_path", None)
     config.pop("transformers_version", None)
-    text = json.dumps([type(model).__name__, config, model.num_parameters(), str(model.dtype), str(model.device),
+    text = json.dumps([type(model).__name__, config, _size(model), str(model.dtype), str(model.device),
                        torch.get_num_threads(), processor_name(), torch.__version__], sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+_SIZES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _size(model) -> int:
+    """`model.num_parameters()`, counted once per model object: walking the modules costs a few tenths of a
+    millisecond, paid by every call that looks its costs up (a short call's setup)."""
+    size = _SIZES.get(model)
+    if size is None:
+        size = _SIZES[model] = model.num_parameters()
+    return size
 
 
 def processor_name() -> str:

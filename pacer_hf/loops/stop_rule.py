@@ -140,7 +140,8 @@ class PacerStopRule:
         A probe round drafts anyway, so the estimate follows the text: after `PROBE_EVERY` plain rounds; for a pair
         known not to pay, after `probe_every` plain rounds (doubled by each probe that leaves drafting unpaid, up to
         `MAX_PROBE_EVERY`) and only once the draft's catch-up over the `unread` tokens it skipped costs at most
-        `PROBE_SHARE` of those plain rounds' time. A known pair's rounds must also win back that catch-up within
+        `PROBE_SHARE` of those plain rounds' time, and of the plain steps the call has `left` (so no one call pays
+        more than that share for the pair's probes). A known pair's rounds must also win back that catch-up within
         the `left` tokens the call may still generate (`_read_pays`)."""
         recent = self.recent
         if self.costs is None or self.preverifier.config.decision_rule != "expected_gain":
@@ -153,9 +154,9 @@ class PacerStopRule:
             recent.skipped, recent.probe_every = 0, PROBE_EVERY
             return True
         recent.skipped += 1
-        if known_loser:
-            probe = (recent.skipped > recent.probe_every
-                     and unread * recent.read_seconds <= PROBE_SHARE * recent.skipped * table[0])
+        if known_loser:  # a catch-up within PROBE_SHARE of the plain steps since the last probe and of those left
+            plain = recent.skipped if left is None else min(recent.skipped, left)
+            probe = recent.skipped > recent.probe_every and unread * recent.read_seconds <= PROBE_SHARE * plain * table[0]
             if probe:
                 recent.probe_every = min(2 * recent.probe_every, MAX_PROBE_EVERY)
         else:
