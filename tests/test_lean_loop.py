@@ -316,3 +316,27 @@ def test_errors(pair):
     )
     assert out.hidden_states is not None
     assert torch.equal(out.sequences, plain_greedy(target, ids, max_new_tokens=5))
+
+
+@pytest.mark.parametrize("accepted", [0, 1, 3])
+def test_a_round_after_plain_steps_drafts_from_the_verified_text(accepted):
+    """After a round the draft's cache still holds the proposals the target rejected; rounds that propose nothing
+    (plain steps, lookup or pool tokens) then append the target's tokens past them. The next drafting round re-reads
+    from the first position where what the cache read and the text differ, and proposes what a draft reading the
+    text afresh proposes (a stale context costs no exactness, only acceptance: the rounds after plain steps)."""
+    from conftest import build_draft, build_model
+    from transformers import GenerationConfig
+
+    target = build_model("llama")
+    draft = build_draft(target, "noisy")
+    config = GenerationConfig(max_length=64, do_sample=False)
+    ids = torch.tensor([[5, 17, 33, 60, 5, 17]])
+    generator = PacerCandidateGenerator(draft, config, max_draft_tokens=6, stats=PacerStats(strategy="t"))
+    drafted = generator.get_candidates(ids)[0][0, ids.shape[1]:].tolist()
+    assert len(drafted) == 6
+    # the target kept `accepted` of them and chose another token, then three plain steps
+    written = [*drafted[:accepted], (drafted[accepted] + 1) % 96, *[(t + 2) % 96 for t in drafted[accepted + 1:][:3]]]
+    text = torch.cat([ids, torch.tensor([written])], dim=1)
+    assert generator._kept(text) == ids.shape[1] + accepted
+    fresh = PacerCandidateGenerator(draft, config, max_draft_tokens=6, stats=PacerStats(strategy="t"))
+    assert generator.get_candidates(text)[0].tolist() == fresh.get_candidates(text)[0].tolist()

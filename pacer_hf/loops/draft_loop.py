@@ -50,6 +50,7 @@ class PacerCandidateGenerator(CandidateGenerator):
         self.ids = torch.empty((1, self.max_length), dtype=torch.long, device=draft.device)
         self.forward, self.cache = choose_draft_forward(draft, draft_forward, self.max_length, stats)
         self.record = RoundRecord(stats, stop, stop.costs if stop is not None else None)
+        self.synced = 0  # leading positions of `ids` found equal to a verified sequence (they stay so)
 
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
@@ -57,7 +58,8 @@ class PacerCandidateGenerator(CandidateGenerator):
         cur_len = input_ids.shape[1]
         budget = min(self.max_draft_tokens, self.max_length - cur_len - 1)
         # else a plain step; the stop rule prices the tokens the draft would read first
-        unread, left = cur_len - self._kept(cur_len), self.max_length - cur_len
+        self.synced = self._kept(input_ids)  # `input_ids` is verified
+        unread, left = cur_len - self.synced, self.max_length - cur_len
         drafts = budget > 0 and (self.stop is None or self.stop.drafts_this_round(unread, left))
         n, processed = self._draft(input_ids, budget) if drafts else (0, [])
         # untimed: the first round (it also reads the prompt) and a trimmed one (it drafted more than it proposes)
@@ -84,7 +86,7 @@ class PacerCandidateGenerator(CandidateGenerator):
         a device round trip per token.
         """
         cur_len = sequence.shape[1]
-        keep = self._kept(cur_len)
+        keep = self._kept(sequence)
         crop_cache(self.cache, keep)
         ids = self.ids
         ids[:, keep:cur_len] = sequence[:, keep:]
@@ -127,10 +129,16 @@ class PacerCandidateGenerator(CandidateGenerator):
         self.stats.draft_forwards += len(processed)
         return n, processed
 
-    def _kept(self, cur_len: int) -> int:
-        """How much of a `cur_len`-token sequence the draft cache holds (ids[:keep] == sequence[:keep]): at most all
-        but the last token, whose forward yields the first drafted token."""
-        return min(self.cache.get_seq_length(), cur_len - 1)
+    def _kept(self, sequence: torch.LongTensor) -> int:
+        """How much of `sequence` the draft cache holds: the leading positions where the tokens it read (`ids`) are the
+        sequence's, at most all but the last token, whose forward yields the first drafted token. After a round the
+        cache still holds the draft's rejected proposals; rounds that draft nothing (plain steps, lookup or pool
+        tokens) then append tokens past them, so the cache's length alone would keep a context the target never
+        wrote. Positions before `synced` were compared already."""
+        limit = min(self.cache.get_seq_length(), sequence.shape[1] - 1)
+        start = min(self.synced, limit)
+        differ = torch.ne(self.ids[0, start:limit], sequence[0, start:limit].to(self.ids.device)).nonzero()
+        return start + int(differ[0, 0]) if differ.numel() else limit
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
         """No schedule to update (the draft length is decided while drafting); record the outcome and, for a
