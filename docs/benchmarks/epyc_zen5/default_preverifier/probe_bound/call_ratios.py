@@ -1,5 +1,5 @@
-"""Per-call Pacer / target-alone ratios of demo-drop10 benches (calls.json): the calls that drafted (the pair's first
-calls and the probes) and those that drafted nothing.
+"""Per-call Pacer / target-alone ratios of the benches of pairs whose draft cannot pay (calls.json): the calls that
+drafted (the pair's first calls and the probes) and those that drafted nothing.
 
     python docs/benchmarks/epyc_zen5/default_preverifier/probe_bound/call_ratios.py
 """
@@ -8,14 +8,16 @@ import statistics
 from pathlib import Path
 
 HERE = Path(__file__).parent
-FOLDERS = {"before (../demo-drop10)": HERE.parent / "demo-drop10", "run1": HERE / "run1", "run2": HERE / "run2"}
+FOLDERS = {"before (../demo-drop10)": (HERE.parent / "demo-drop10", "pacer"), "run1": (HERE / "run1", "pacer"),
+           "run2": (HERE / "run2", "pacer"), "../drop10_synced": (HERE.parent / "drop10_synced", "pacer"),
+           "../smol_int8_synced": (HERE.parent / "smol_int8_synced", "pacer-default")}
 out = {}
-for name, folder in FOLDERS.items():
+for name, (folder, strategy) in FOLDERS.items():
     calls = json.loads((folder / "calls.json").read_text())
     alone = {(c["category"], c["run"], c["prompt"]): c["seconds"] for c in calls if c["strategy"] == "ar"}
     drafted, plain = [], []
     for c in calls:
-        if c["strategy"] != "pacer":
+        if c["strategy"] != strategy:
             continue
         ratio = round(alone[(c["category"], c["run"], c["prompt"])] / c["seconds"], 3)
         if c["draft_forwards"]:
