@@ -61,7 +61,7 @@ class PacerCandidateGenerator(CandidateGenerator):
         self.synced = self._kept(input_ids)  # `input_ids` is verified
         unread, left = cur_len - self.synced, self.max_length - cur_len
         drafts = budget > 0 and (self.stop is None or self.stop.drafts_this_round(unread, left))
-        n, processed = self._draft(input_ids, budget) if drafts else (0, [])
+        n, processed = self._draft(input_ids, budget, kept=self.synced) if drafts else (0, [])
         # untimed: the first round (it also reads the prompt) and a trimmed one (it drafted more than it proposes)
         self.record.proposed(n, start if self.record.rounds > 0 and len(processed) == n else None, len(processed))
         if n == 0:
@@ -75,18 +75,20 @@ class PacerCandidateGenerator(CandidateGenerator):
         budget: int,
         generator: torch.Generator | None = None,
         interrupt: Callable[[int, int], bool] | None = None,
+        kept: int | None = None,
     ) -> tuple[int, list[torch.Tensor]]:
         """Draft up to `budget` tokens after `sequence` into `self.ids`: the one drafting loop.
 
         Returns how many drafted tokens to propose (a trimmed failed block excluded) and the processed
         logits of every drafted token. `interrupt(n, token)`, called after each token, ends drafting
-        early (PEARL's cancellation); `generator` is the RNG for sampled drafts (default: torch's).
+        early (PEARL's cancellation); `generator` is the RNG for sampled drafts (default: torch's); `kept`: what
+        `_kept(sequence)` returns, when the caller has just found it.
         A CPU draft reads each token back for the EOS check (free there); elsewhere the tokens are read once per
         block and at the round's end, and drafting ends at the first EOS among them: the same proposal, without
         a device round trip per token.
         """
         cur_len = sequence.shape[1]
-        keep = self._kept(sequence)
+        keep = self._kept(sequence) if kept is None else kept
         crop_cache(self.cache, keep)
         ids = self.ids
         ids[:, keep:cur_len] = sequence[:, keep:]
