@@ -62,9 +62,7 @@ def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, 
     """`loop_features` for the round after a verified one; `target_scores`: the target's scores where it chose its
     last token (its confidence there is their top probability). A round that drafted nothing leaves the features at
     zero whatever the confidence, so a plain round skips the softmax over the vocabulary."""
-    if drafted <= 0:
-        return loop_features(accepted, drafted, 0.0, preverifier.config.max_draft_tokens)
-    confidence = float(torch.softmax(target_scores.float(), dim=-1).max())
+    confidence = float(torch.softmax(target_scores.float(), dim=-1).max()) if drafted > 0 else 0.0
     return loop_features(accepted, drafted, confidence, preverifier.config.max_draft_tokens)
 
 
