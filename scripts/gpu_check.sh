@@ -9,13 +9,16 @@
 # 2. `pacer-hf bench` on the demo pair, greedy (the target alone, sd-fixed γ sweep, HF's schedules, Pacer, PEARL),
 #    then T = 1 (one run, fewer strategies), each copied into OUT_DIR as soon as it ends;
 # 3. the batch bench (B = 1, 4, 8);
-# 4. one round profiled (scripts/gpu_profile_round.py): Pacer with CUDA-graph and eager scoring, sd-fixed-6;
+# 4. on request (GPU_CHECK_STEPS): one round profiled (scripts/gpu_profile_round.py), `pacer-hf fit` and its bench;
 # 5. runs the CUDA tests (pytest -m cuda: tests/test_cuda.py, tests/test_cuda_sampling.py);
 # 6. writes OUT_DIR/summary.txt: versions, each step's exit status and seconds, the figures.
 #
-# Every step runs under its own `timeout` and a failing step does not stop the later ones: the whole run ends
-# inside 10 minutes (install ~0.5, then at most: bench 2.5, bench-t1 2, batch 1.3, profile 1.2, tests 3.5; measurements
-# first, so a run cut short still brings them back). At most 12 files land in OUT_DIR.
+# Every step runs under its own `timeout` and a failing step does not stop the later ones. The default steps end
+# inside one 10-minute device call (install ~0.5, then at most: bench 2.5, bench-t1 2, batch 1.3, tests 4; measured
+# 7.8 minutes on an H200), measurements first, so a run cut short still brings them back. A device call returns at
+# most 8 files, so the default steps write 7: summary.txt, tests.log, steps.log (every other step's output) and the
+# JSON results (`pacer-hf bench --report-only --out DIR` renders results.md from results.json and run.json; the
+# profile and the fit add profile.json, fit_card.md and fit-bench_results.json).
 # Without CUDA (GPU_CHECK_DEVICE=cpu, or none visible) the CUDA tests skip and the benches run tiny on the CPU:
 # a dry run of the script itself.
 set -u
@@ -32,9 +35,9 @@ T0=$(date +%s)
 : >"$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 
-# GPU_CHECK_STEPS picks steps (default "bench bench-t1 batch profile tests"; "fit fit-bench" on request: `pacer-hf fit`
-# on the device for the demo pair, then its pre-verifier in the bench), e.g. the benches alone on a second run.
-STEPS=" ${GPU_CHECK_STEPS:-bench bench-t1 batch profile tests} "  # also: fit fit-bench
+# GPU_CHECK_STEPS picks steps (default "bench bench-t1 batch tests"; on request "profile", and "fit fit-bench":
+# `pacer-hf fit` on the device for the demo pair, then its pre-verifier in the bench), e.g. the benches alone.
+STEPS=" ${GPU_CHECK_STEPS:-bench bench-t1 batch tests} "  # also: profile fit fit-bench
 
 # step NAME SECONDS LOG CMD...: run CMD under a timeout, output appended to LOG; record its status and time.
 step() {
@@ -101,38 +104,38 @@ EOF
 BENCH=(-m pacer_hf.cli bench --device "$DEVICE" --quick --no-plots --no-progress --prompt-tokens 128
     --categories "$CATEGORIES" --heldout-files "$WORK/heldout.txt" --overwrite)
 keep() { for file in "$@"; do [ -f "$WORK/$file" ] && cp "$WORK/$file" "$OUT/${file/\//_}"; done; return 0; }
-step bench 150 "$OUT/bench.log" "$PY" "${BENCH[@]}" --strategies "ar,$GAMMAS,hf-heuristic,$CONFIDENCE,pacer,pearl" \
+step bench 150 "$OUT/steps.log" "$PY" "${BENCH[@]}" --strategies "ar,$GAMMAS,hf-heuristic,$CONFIDENCE,pacer,pearl" \
     --temperatures 0 "${SIZE[@]}" --out "$WORK/bench"
-keep bench/results.json bench/results.md bench/run.json  # at once: a run cut short still brings them back
+keep bench/results.json bench/run.json  # at once: a run cut short still brings them back
 # T = 1: one run, the fixed lengths that lead greedy on this pair, HF's default schedule, Pacer
-step bench-t1 120 "$OUT/bench.log" "$PY" "${BENCH[@]}" --strategies "ar,sd-fixed-2,sd-fixed-4,sd-fixed-6,$CONFIDENCE,pacer" \
+step bench-t1 120 "$OUT/steps.log" "$PY" "${BENCH[@]}" --strategies "ar,sd-fixed-2,sd-fixed-4,sd-fixed-6,$CONFIDENCE,pacer" \
     --temperatures 1 "${SIZE[@]}" --runs 1 --out "$WORK/bench-t1"
-keep bench-t1/results.json bench-t1/results.md
+keep bench-t1/results.json
 
 # 3. the batch bench (greedy rows checked identical to the target's own batched generate)
-step batch 80 "$OUT/bench.log" "$PY" -m pacer_hf.cli bench --device "$DEVICE" --no-plots --no-progress \
+step batch 80 "$OUT/steps.log" "$PY" -m pacer_hf.cli bench --device "$DEVICE" --no-plots --no-progress \
     --categories stdlib-continuation --runs 1 "${BATCH[@]}" --heldout-files "$WORK/heldout.txt" --out "$WORK/batch" --overwrite
-keep batch/batch.json batch/batch.md
+keep batch/batch.json
 
 # 4. one round profiled: where the time goes with and without CUDA graphs
 PROFILE=(--repeats 3 --max-new-tokens 96)
 [ "$DEVICE" = cuda ] || PROFILE=(--repeats 1 --max-new-tokens 12)
-step profile 70 "$OUT/profile.log" "$PY" scripts/gpu_profile_round.py --device "$DEVICE" "${PROFILE[@]}" --out "$OUT/profile.json"
+step profile 70 "$OUT/steps.log" "$PY" scripts/gpu_profile_round.py --device "$DEVICE" "${PROFILE[@]}" --out "$OUT/profile.json"
 
 # 4b. `pacer-hf fit` on the device for the demo pair (a short budget), then the fitted pre-verifier in the bench
 if [ "$DEVICE" = cuda ]; then FIT=(--budget-minutes 2 --device cuda) FIT_SIZE=(--prompts 2 --runs 1 --max-new-tokens 96)
 else FIT=(--budget-minutes 1 --device cpu --threads 1) FIT_SIZE=(--prompts 1 --runs 1 --max-new-tokens 12 --threads 1); fi
-step fit 200 "$OUT/fit.log" "$PY" -m pacer_hf.cli fit --target hub_cards/demo-target --draft hub_cards/demo-draft \
+step fit 200 "$OUT/steps.log" "$PY" -m pacer_hf.cli fit --target hub_cards/demo-target --draft hub_cards/demo-draft \
     --out "$WORK/fit" --no-progress "${FIT[@]}"
 if [ -f "$WORK/fit/config.json" ] || [ -d "$WORK/fit/greedy" ]; then
     cp "$WORK/fit/README.md" "$OUT/fit_card.md" 2>/dev/null
-    step fit-bench 120 "$OUT/fit.log" "$PY" "${BENCH[@]}" --preverifier "$WORK/fit" \
+    step fit-bench 120 "$OUT/steps.log" "$PY" "${BENCH[@]}" --preverifier "$WORK/fit" \
         --strategies "ar,sd-fixed-4,sd-fixed-8,$CONFIDENCE,pacer" --temperatures 0 "${FIT_SIZE[@]}" --out "$WORK/fit-bench"
-    keep fit-bench/results.json fit-bench/results.md
+    keep fit-bench/results.json
 fi
 
 # 5. the CUDA tests (skipped, not failed, without a CUDA device)
-step tests 210 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider -m cuda -rxXfE --durations=12 \
+step tests 240 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider -m cuda -rxXfE --durations=12 \
     tests/test_cuda.py tests/test_cuda_sampling.py
 note "tests: $(grep -E '^[0-9]+ (passed|failed|skipped|error)|^=+ .*(passed|failed|skipped|error)' "$OUT/tests.log" | tail -1)"
 
