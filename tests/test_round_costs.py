@@ -254,9 +254,12 @@ def test_a_pair_that_did_not_pay_starts_its_next_call_plain():
     assert _drafted(call(fresh))[0] > 0, "another draft starts fresh"
 
 
-def _pays_at(share: float, table: list[float]) -> bool:
-    """Brute force: some length k, k tokens accepted in a row each with `share`, beats a plain step under `table`."""
-    return any((1 + sum(share ** i for i in range(1, k + 1))) / table[k] > 1 / table[0] for k in range(1, len(table)))
+def _pays_at(share: float, table: list[float], first: float | None = None) -> bool:
+    """Brute force: some length k, k tokens accepted in a row, the first with `first` (default `share`) and each
+    later one with `share`, beats a plain step under `table`."""
+    first = share if first is None else first
+    return any((1 + sum(first * share ** (i - 1) for i in range(1, k + 1))) / table[k] > 1 / table[0]
+               for k in range(1, len(table)))
 
 
 def test_one_call_the_draft_could_not_follow_does_not_turn_the_next_call_plain():
@@ -278,11 +281,13 @@ def test_one_call_the_draft_could_not_follow_does_not_turn_the_next_call_plain()
     bad_call.recent, bad_call.judged = recent, 60.0
     assert not bad_call.drafts_this_round(1), "within the call, its recent rounds decide"
     next_call = PacerStopRule(preverifier, PacerStats("t"), costs, recent=recent)
-    assert recent.tried == MIN_TRIED and recent.share == pytest.approx(recent.long_share)
+    assert recent.tried == MIN_TRIED and recent.first_tried == MIN_TRIED / 2
+    assert recent.first_share == pytest.approx(recent.long_first_share)
+    assert recent.next_share == pytest.approx(recent.long_next_share)
     assert next_call.drafts_this_round(1)
     for _ in range(3):  # its first rounds rejected at once: three judged tokens, no evidence yet
         next_call.end_round(0, 6, torch.zeros(96))
-    assert not _pays_at(recent.share, costs.seconds()) and next_call.drafts_this_round(1)
+    assert not _pays_at(recent.next_share, costs.seconds(), recent.first_share) and next_call.drafts_this_round(1)
     next_call.end_round(0, 6, torch.zeros(96))  # the fourth: now its own rounds decide
     assert not next_call.drafts_this_round(1)
     never = RecentAcceptance()
@@ -316,9 +321,10 @@ def test_a_probe_waits_until_its_catch_up_is_a_small_share_of_the_plain_time():
         rule.recent.read(300, 300 * step / 1000)  # from here on, reading costs next to nothing
     assert waits[0] == math.ceil(290 / 3 / PROBE_SHARE) - 1, waits
     assert waits[1:] == [min(PROBE_EVERY * 2 ** i, MAX_PROBE_EVERY) for i in range(1, 6)], waits
-    rule.recent.accepted = 10.0  # drafting pays now
+    rule.recent.accepted, rule.recent.first_tried, rule.recent.first_accepted = 10.0, 4.0, 4.0  # drafting pays now
     assert rule.drafts_this_round(1) and rule.recent.probe_every == PROBE_EVERY
-    rule.recent.accepted, rule.recent.long_accepted = 2.0, 40.0  # a pair that pays in the long run, in a bad stretch
+    rule.recent.accepted, rule.recent.first_accepted = 2.0, 0.0  # a pair that pays in the long run, in a bad stretch
+    rule.recent.long_accepted, rule.recent.long_first_tried, rule.recent.long_first_accepted = 40.0, 8.0, 8.0
     for _ in range(3):
         plain = 0
         while not rule.drafts_this_round(1):
@@ -348,8 +354,9 @@ def test_no_one_call_pays_more_than_its_share_for_a_probe():
 
 
 def test_plain_step_decision_is_the_best_expected_rate(monkeypatch):
-    """drafts_this_round drafts exactly when some length k, at the recent accepted share a (k tokens in a row, each
-    accepted with a), yields more tokens per second than a plain step: brute force over shares and cost tables."""
+    """drafts_this_round drafts exactly when some length k, at the recent accepted shares (k tokens in a row, the
+    round's first accepted with the first tokens' share, each later one with the later tokens'), yields more tokens
+    per second than a plain step: brute force over shares and cost tables."""
     from pacer_hf.loops.stop_rule import PacerStopRule
     from pacer_hf.stats import PacerStats
 
@@ -358,12 +365,16 @@ def test_plain_step_decision_is_the_best_expected_rate(monkeypatch):
     generator = np.random.default_rng(0)
     for _ in range(200):
         table = np.cumsum(generator.uniform(0.05, 1.5, 7)).tolist()
-        share = float(generator.uniform(0, 1))
+        first, share = (float(x) for x in generator.uniform(0, 1, 2))
         rule.costs = RoundCosts(table, "given", online=False)
-        rule.recent.tried = rule.recent.long_tried = 10.0
-        rule.recent.accepted = rule.recent.long_accepted = share * 12.0 - 1.0  # (accepted + 1) / (tried + 2) == share
-        rule.recent.skipped, rule.judged = 0, 10.0
-        assert rule.drafts_this_round() == _pays_at(share, table)
+        recent = rule.recent
+        recent.first_tried = recent.long_first_tried = 4.0
+        recent.first_accepted = recent.long_first_accepted = first * 6.0 - 1.0  # (accepted + 1) / (tried + 2)
+        recent.tried = recent.long_tried = 10.0  # 6 later tokens
+        recent.accepted = recent.long_accepted = recent.first_accepted + share * 8.0 - 1.0
+        assert (recent.first_share, recent.next_share) == (pytest.approx(first), pytest.approx(share))
+        recent.skipped, rule.judged = 0, 10.0
+        assert rule.drafts_this_round() == _pays_at(share, table, first)
 
 
 def test_acceptance_estimate_counts_the_tokens_tried():
@@ -378,6 +389,8 @@ def test_acceptance_estimate_counts_the_tokens_tried():
     scores = torch.zeros(96)
     rule.end_round(2, 4, scores)
     assert rule.recent.share == pytest.approx((2 + 1) / (3 + 2))
+    assert rule.recent.first_share == pytest.approx((1 + 1) / (1 + 2)), "its first token: accepted"
+    assert rule.recent.next_share == pytest.approx((1 + 1) / (2 + 2)), "the two after it: one accepted, one not"
     assert rule.recent.tried < MIN_TRIED and rule.drafts_this_round(), "one round is no evidence"
     rule.end_round(4, 4, scores)
     assert rule.recent.share == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
@@ -399,13 +412,16 @@ def test_a_known_pair_reads_a_long_prompt_only_when_the_answer_left_can_win_it_b
     costs = RoundCosts([1.0, 1.9, 2.4, 2.8, 3.1, 3.35, 3.55], "given", online=False)
     table = costs.seconds()
 
-    def pair(share: float, judged: float = 200.0) -> RecentAcceptance:
-        recent = RecentAcceptance(long_tried=judged, long_accepted=share * (judged + 2) - 1)
+    def pair(share: float, judged: float = 200.0) -> RecentAcceptance:  # first tokens and later ones alike
+        rounds = judged / 5
+        recent = RecentAcceptance(long_tried=judged, long_first_tried=rounds,
+                                  long_first_accepted=share * (rounds + 2) - 1)
+        recent.long_accepted = recent.long_first_accepted + share * (judged - rounds + 2) - 1
         recent.read(400, 400 * table[0] / 20)  # the draft reads 20 tokens in a target step's time
         return recent
 
     little = pair(0.8)
-    saving = saving_per_token(little.long_share, table)
+    saving = saving_per_token(little.long_first_share, little.long_next_share, table)
     assert 0 < saving < 0.2 * table[0], "drafting pays, a little"
     read = 400 * little.read_seconds
     short, long = int(read / saving) // 2, int(read / saving) * 2
@@ -416,4 +432,37 @@ def test_a_known_pair_reads_a_long_prompt_only_when_the_answer_left_can_win_it_b
     assert PacerStopRule(preverifier, PacerStats("t"), costs, recent=pair(0.97)).drafts_this_round(400, short)
     assert PacerStopRule(preverifier, PacerStats("t"), costs, recent=pair(0.8, judged=8.0)).drafts_this_round(400, 4)
     for share in (0.0, 0.3, 0.6, 0.8, 0.95):
-        assert (saving_per_token(share, table) > 0) == _pays_at(share, table)
+        assert (saving_per_token(share, share, table) > 0) == _pays_at(share, table)
+
+
+def test_a_rounds_first_token_and_the_later_ones_are_judged_apart():
+    """The first token of a round follows the target's own token and is accepted less often than one that follows
+    an accepted draft token. Long accepted rounds followed by rounds whose first token is rejected: one share for
+    all tokens still expects drafting to pay, the first tokens' share does not, and the rule takes plain steps. A
+    draft whose first token is right and whose second is wrong: one share expects no gain, the split one drafts."""
+    from pacer_hf.loops.stop_rule import PacerStopRule, RecentAcceptance
+    from pacer_hf.stats import PacerStats
+
+    preverifier = _expected_gain_preverifier(build_draft(build_model("llama"), "noisy"))
+
+    def rule(table: list[float], rounds: list[tuple[int, int]]) -> PacerStopRule:
+        made = PacerStopRule(preverifier, PacerStats("t"), RoundCosts(table, "given", online=False),
+                             recent=RecentAcceptance())
+        for accepted, drafted in rounds:
+            made.end_round(accepted, drafted, torch.zeros(96))
+        return made
+
+    table = [1.0, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0]
+    stalled = rule(table, [(6, 6), (5, 5), (0, 1), (0, 1), (0, 1)])
+    recent = stalled.recent
+    assert recent.first_share < 0.4 < 0.85 < recent.next_share
+    assert _pays_at(recent.share, table), "one share for every token expects drafting to pay"
+    assert not _pays_at(recent.next_share, table, recent.first_share)
+    assert not stalled.drafts_this_round()
+
+    table = [1.0, 1.6, 2.6, 3.6, 4.6, 5.6, 6.6]
+    one_right = rule(table, [(1, 6)] * 6)
+    recent = one_right.recent
+    assert recent.first_share > 0.85 and recent.next_share < 0.15
+    assert not _pays_at(recent.share, table), "one share for every token (half accepted) expects no gain"
+    assert one_right.drafts_this_round()

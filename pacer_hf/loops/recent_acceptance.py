@@ -24,7 +24,10 @@ PROBE_SHARE = 0.01  # of the plain rounds' time since the last probe, what the n
 class RecentAcceptance:
     """A pair's per-token acceptance: a drafted token's chance of acceptance given those before it were accepted, from
     decayed counts with one prior success and failure, over recent rounds (each round weighs 0.9 of the one after it)
-    and over the long run (0.99). Kept on the target between calls, per draft and decoding mode
+    and over the long run (0.99). A round's first token and the tokens after it are counted apart (`first_share`,
+    `next_share`): the first follows the target's own token, often a correction the draft did not see coming, and
+    is accepted less often than those that follow an accepted one, so one share for both overrates a round that
+    stops early and underrates a long one. Kept on the target between calls, per draft and decoding mode
     (`ModelState.recent_acceptance`, `recent_acceptance_for`): once the pair is `known`, a call starts from the
     long-run acceptance weighed as `MIN_TRIED` judged tokens (`start_call`), so a pair whose drafts do not pay starts
     with plain steps instead of paying the draft's pass over the prompt and a few losing rounds again every call,
@@ -33,10 +36,14 @@ class RecentAcceptance:
     `skipped`: plain rounds since the last drafting round; `probe_every`: plain rounds before the next probe round;
     `read_seconds`: what the draft took per token to read the tokens it had not seen (its pass over the prompt)."""
 
-    accepted: float = 0.0
+    accepted: float = 0.0  # every judged token, the rounds' first ones included
     tried: float = 0.0
     long_accepted: float = 0.0
     long_tried: float = 0.0
+    first_accepted: float = 0.0  # the rounds' first tokens only
+    first_tried: float = 0.0
+    long_first_accepted: float = 0.0
+    long_first_tried: float = 0.0
     skipped: int = 0
     probe_every: int = PROBE_EVERY
     read_seconds: float = 0.0
@@ -49,6 +56,22 @@ class RecentAcceptance:
     def long_share(self) -> float:
         return (self.long_accepted + 1) / (self.long_tried + 2)
 
+    @property
+    def first_share(self) -> float:
+        return (self.first_accepted + 1) / (self.first_tried + 2)
+
+    @property
+    def next_share(self) -> float:
+        return (self.accepted - self.first_accepted + 1) / (self.tried - self.first_tried + 2)
+
+    @property
+    def long_first_share(self) -> float:
+        return (self.long_first_accepted + 1) / (self.long_first_tried + 2)
+
+    @property
+    def long_next_share(self) -> float:
+        return (self.long_accepted - self.long_first_accepted + 1) / (self.long_tried - self.long_first_tried + 2)
+
     def add(self, accepted: int, drafted: int) -> int:
         """A verified round; returns the drafted tokens it judged (a token is tried only after those before it were
         accepted: m successes, then a failure)."""
@@ -56,16 +79,22 @@ class RecentAcceptance:
             return 0
         accepted = min(accepted, drafted)
         tried = accepted + (accepted < drafted)
-        self.tried, self.accepted = 0.9 * self.tried + tried, 0.9 * self.accepted + accepted
-        self.long_tried, self.long_accepted = 0.99 * self.long_tried + tried, 0.99 * self.long_accepted + accepted
+        self._count(tried, accepted, float(accepted > 0))
         return tried
 
     def add_predicted(self, probability: float) -> int:
         """A round trimmed to nothing (no verdict): its first drafted token counts as judged, accepted with the
         pre-verifier's `probability`, so a pair whose drafts the pre-verifier keeps dropping stops drafting them."""
-        self.tried, self.accepted = 0.9 * self.tried + 1, 0.9 * self.accepted + probability
-        self.long_tried, self.long_accepted = 0.99 * self.long_tried + 1, 0.99 * self.long_accepted + probability
+        self._count(1, probability, probability)
         return 1
+
+    def _count(self, tried: float, accepted: float, first: float) -> None:
+        """One round: `tried` judged tokens, `accepted` of them, its first token accepted (`first`, 0 to 1)."""
+        self.tried, self.accepted = 0.9 * self.tried + tried, 0.9 * self.accepted + accepted
+        self.first_tried, self.first_accepted = 0.9 * self.first_tried + 1, 0.9 * self.first_accepted + first
+        self.long_tried, self.long_accepted = 0.99 * self.long_tried + tried, 0.99 * self.long_accepted + accepted
+        self.long_first_tried = 0.99 * self.long_first_tried + 1
+        self.long_first_accepted = 0.99 * self.long_first_accepted + first
 
     @property
     def known(self) -> bool:
@@ -73,12 +102,15 @@ class RecentAcceptance:
         return self.long_tried >= MIN_EVIDENCE
 
     def start_call(self) -> None:
-        """A new call: the recent counts restart at the long-run share weighed as `MIN_TRIED` judged tokens once the
-        pair is `known`, else from nothing (the call judges its own first tokens)."""
+        """A new call: the recent counts restart at the long-run shares weighed as `MIN_TRIED` judged tokens, half
+        of them first tokens, once the pair is `known`, else from nothing (the call judges its own first tokens)."""
         if self.known:
-            self.tried, self.accepted = MIN_TRIED, self.long_share * (MIN_TRIED + 2) - 1
+            half = MIN_TRIED / 2
+            self.first_tried, self.first_accepted = half, self.long_first_share * (half + 2) - 1
+            self.tried = MIN_TRIED
+            self.accepted = self.first_accepted + self.long_next_share * (half + 2) - 1
         else:
-            self.tried = self.accepted = 0.0
+            self.tried = self.accepted = self.first_tried = self.first_accepted = 0.0
             self.skipped, self.probe_every = 0, PROBE_EVERY
 
     def read(self, tokens: int, seconds: float) -> None:
@@ -87,14 +119,14 @@ class RecentAcceptance:
             self.read_seconds = seconds / tokens
 
 
-def saving_per_token(share: float, table: list[float]) -> float:
-    """Seconds per generated token that the best draft length k saves against plain steps, each drafted token
-    accepted with `share` given those before it were, under the round costs `table` (seconds of a round drafting k
-    tokens); 0 when no length pays."""
-    tokens, alive, best = 1.0, 1.0, table[0]
+def saving_per_token(first: float, share: float, table: list[float]) -> float:
+    """Seconds per generated token that the best draft length k saves against plain steps, a round's first drafted
+    token accepted with `first` and each later one with `share`, given those before it were, under the round costs
+    `table` (seconds of a round drafting k tokens); 0 when no length pays."""
+    tokens, alive, best = 1.0, first, table[0]
     for k in range(1, len(table)):
-        alive *= share
         tokens += alive
+        alive *= share
         best = min(best, table[k] / tokens)
     return table[0] - best
 

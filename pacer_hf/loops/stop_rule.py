@@ -132,9 +132,10 @@ class PacerStopRule:
         """Whether this round drafts at all. The pre-verifier decides once tokens are drafted, so a draft that cannot
         pay would still cost one draft step and a wider verify every round; before drafting, the expected-gain rule
         under measured costs asks whether any draft length, at the pair's per-token acceptance (`RecentAcceptance`,
-        carried between calls), is expected to beat a plain target step (k tokens accepted in a row, each with that
-        chance), and a round that expects none proposes nothing. A call drafts until `MIN_TRIED` of its own tokens
-        were judged (one bad round is no evidence), unless the pair is `known` not to pay: such a pair starts plain.
+        carried between calls), is expected to beat a plain target step (k tokens accepted in a row, the round's first
+        with the chance of a first token, the others with theirs), and a round that expects none proposes nothing.
+        A call drafts until `MIN_TRIED` of its own tokens were judged (one bad round is no evidence), unless the pair
+        is `known` not to pay: such a pair starts plain.
         A probe round drafts anyway, so the estimate follows the text: after `PROBE_EVERY` plain rounds; for a pair
         known not to pay, after `probe_every` plain rounds (doubled by each probe that leaves drafting unpaid, up to
         `MAX_PROBE_EVERY`) and only once the draft's catch-up over the `unread` tokens it skipped costs at most
@@ -145,7 +146,8 @@ class PacerStopRule:
         if self.costs is None or self.preverifier.config.decision_rule != "expected_gain":
             return True
         table = self.costs.seconds()
-        saving_now, saving_long = saving_per_token(recent.share, table), saving_per_token(recent.long_share, table)
+        saving_now = saving_per_token(recent.first_share, recent.next_share, table)
+        saving_long = saving_per_token(recent.long_first_share, recent.long_next_share, table)
         known_loser = recent.known and saving_long <= 0
         read_pays = self._read_pays(unread, left, max(saving_now, saving_long))
         if ((self.judged < MIN_TRIED and not known_loser) or saving_now > 0) and read_pays:
