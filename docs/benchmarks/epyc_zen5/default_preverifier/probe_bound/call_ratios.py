@@ -10,7 +10,9 @@ from pathlib import Path
 HERE = Path(__file__).parent
 FOLDERS = {"before (../demo-drop10)": (HERE.parent / "demo-drop10", "pacer"), "run1": (HERE / "run1", "pacer"),
            "run2": (HERE / "run2", "pacer"), "../drop10_synced": (HERE.parent / "drop10_synced", "pacer"),
-           "../smol_int8_synced": (HERE.parent / "smol_int8_synced", "pacer-default")}
+           "../smol_int8_synced": (HERE.parent / "smol_int8_synced", "pacer-default"),
+           "../drop10_split": (HERE.parent / "drop10_split", "pacer"),
+           "../smol_int8_split": (HERE.parent / "smol_int8_split", "pacer-default")}
 out = {}
 for name, (folder, strategy) in FOLDERS.items():
     calls = json.loads((folder / "calls.json").read_text())
