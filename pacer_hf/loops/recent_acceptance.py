@@ -48,29 +48,13 @@ class RecentAcceptance:
     probe_every: int = PROBE_EVERY
     read_seconds: float = 0.0
 
-    @property
-    def share(self) -> float:
-        return (self.accepted + 1) / (self.tried + 2)
-
-    @property
-    def long_share(self) -> float:
-        return (self.long_accepted + 1) / (self.long_tried + 2)
-
-    @property
-    def first_share(self) -> float:
-        return (self.first_accepted + 1) / (self.first_tried + 2)
-
-    @property
-    def next_share(self) -> float:
-        return (self.accepted - self.first_accepted + 1) / (self.tried - self.first_tried + 2)
-
-    @property
-    def long_first_share(self) -> float:
-        return (self.long_first_accepted + 1) / (self.long_first_tried + 2)
-
-    @property
-    def long_next_share(self) -> float:
-        return (self.long_accepted - self.long_first_accepted + 1) / (self.long_tried - self.long_first_tried + 2)
+    share = property(lambda self: _share(self.accepted, self.tried))
+    long_share = property(lambda self: _share(self.long_accepted, self.long_tried))
+    first_share = property(lambda self: _share(self.first_accepted, self.first_tried))
+    next_share = property(lambda self: _share(self.accepted - self.first_accepted, self.tried - self.first_tried))
+    long_first_share = property(lambda self: _share(self.long_first_accepted, self.long_first_tried))
+    long_next_share = property(
+        lambda self: _share(self.long_accepted - self.long_first_accepted, self.long_tried - self.long_first_tried))
 
     def add(self, accepted: int, drafted: int) -> int:
         """A verified round; returns the drafted tokens it judged (a token is tried only after those before it were
@@ -117,6 +101,11 @@ class RecentAcceptance:
         """The draft read `tokens` tokens it had not seen in `seconds` (its first forward of a round)."""
         if tokens >= 16:  # a short read is mostly the forward's fixed cost
             self.read_seconds = seconds / tokens
+
+
+def _share(accepted: float, tried: float) -> float:
+    """An acceptance share from decayed counts, with one prior success and one prior failure."""
+    return (accepted + 1) / (tried + 2)
 
 
 def saving_per_token(first: float, share: float, table: list[float]) -> float:
