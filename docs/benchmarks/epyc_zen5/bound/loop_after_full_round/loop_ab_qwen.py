@@ -2,32 +2,17 @@
 Shipped: [accepted / max, 0, confidence] (in training that means "missed at accepted + 1"). Variants:
 "full": [1, 1, confidence] (no miss seen); "carry": the last loop features that saw a miss or a full round,
 confidence updated. Every call logged (rounds) to argv[2]."""
-import json, sys, time, torch
+import json, sys, torch
 import pacer_hf
 from pacer_hf.pairs import load_pair
 from pacer_hf.data.chat_prompts import chat_prompts
-from pacer_hf.loops import stop_rule as sr
-from pacer_hf.modeling_pacer import loop_features
 import pacer_hf.training.validate as validate
 from pacer_hf.generation import last_stats
 
 torch.set_num_threads(1)
 pair = load_pair("qwen2.5-coder")
 variants = sys.argv[3].split(",") if len(sys.argv) > 3 else ["full"]
-orig_end = sr.PacerStopRule.end_round
-
-def end_round(self, accepted, drafted, target_scores):
-    variant = getattr(self.preverifier, "_loop_variant", None)
-    before = self.loop
-    orig_end(self, accepted, drafted, target_scores)
-    cap = self.preverifier.config.max_draft_tokens
-    if variant and 0 < drafted < cap and accepted >= drafted:
-        conf = self.loop[2]
-        if variant == "full":
-            self.loop = [1.0, 1.0, conf]
-        elif variant == "carry":
-            self.loop = [before[0], before[1], conf] if any(before[:2]) else self.loop
-sr.PacerStopRule.end_round = end_round
+import loop_variants  # noqa: F401  (installs the readings compared; this folder is on sys.path)
 
 settings = {"shipped": pair.preverifier}
 for v in variants:
