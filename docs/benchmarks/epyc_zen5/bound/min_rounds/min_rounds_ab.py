@@ -1,0 +1,98 @@
+"""A/B: a call may fall back to plain rounds only after it drafted MIN_ROUNDS rounds of its own (besides MIN_TRIED
+judged tokens), against the shipped rule. Installed on PacerStopRule for this process only, for pre-verifier objects
+marked `_min_rounds`. argv: pair (qwen2.5-coder | a target folder), draft folder (for a folder target), calls log.
+
+    OMP_NUM_THREADS=1 python docs/benchmarks/epyc_zen5/bound/min_rounds/min_rounds_ab.py qwen2.5-coder - qwen15_calls.jsonl
+    OMP_NUM_THREADS=1 python docs/benchmarks/epyc_zen5/bound/min_rounds/min_rounds_ab.py \
+        ~/.cache/pacer_hf/qwen2.5-coder/draft DRAFT_FOLDER qwen05_calls.jsonl
+    (DRAFT_FOLDER: the 0.5B files with docs/benchmarks/epyc_zen5/fit_qwen05_int8/cheap_draft.json beside them; each
+    run's printed lines are its *_output.txt here; then ratios.py)
+"""
+import json
+import sys
+
+import torch
+
+import pacer_hf
+import pacer_hf.training.validate as validate
+from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
+from pacer_hf.generation import last_stats
+from pacer_hf.loops import stop_rule
+from pacer_hf.loops.recent_acceptance import saving_per_token
+from pacer_hf.pairs import load_pair
+
+MIN_ROUNDS = 4
+shipped_drafts, shipped_end, shipped_init = (stop_rule.PacerStopRule.drafts_this_round, stop_rule.PacerStopRule.end_round,
+                                             stop_rule.PacerStopRule.__init__)
+
+
+def init(self, *args, **kwargs):
+    shipped_init(self, *args, **kwargs)
+    self.drafted_rounds = 0
+
+
+def end_round(self, accepted, drafted, target_scores):
+    shipped_end(self, accepted, drafted, target_scores)
+    self.drafted_rounds += drafted > 0
+
+
+def drafts_this_round(self, unread=1, left=None):
+    if getattr(self.preverifier, "_min_rounds", False) and self.costs is not None and self.drafted_rounds < MIN_ROUNDS:
+        recent, table = self.recent, self.costs.seconds()
+        known_loser = recent.known and saving_per_token(recent.long_first_share, recent.long_next_share, table) <= 0
+        if not known_loser:
+            recent.skipped = 0
+            return True
+    return shipped_drafts(self, unread, left)
+
+
+stop_rule.PacerStopRule.__init__, stop_rule.PacerStopRule.end_round = init, end_round
+stop_rule.PacerStopRule.drafts_this_round = drafts_this_round
+
+torch.set_num_threads(1)
+if sys.argv[1] == "qwen2.5-coder":
+    pair = load_pair("qwen2.5-coder")
+    shipped, path = pair.preverifier, "hub_cards/qwen-coder-preverifier"
+    categories = ["chat-humaneval", "chat-docstring", "chat-edit"]
+    n = 3
+    variant = pacer_hf.PacerPreVerifier.from_pretrained(path)
+else:
+    from pacer_hf.bench.user_pair import load_draft
+    from pacer_hf.loading import load_causal_lm
+    from transformers import AutoTokenizer
+
+    class P:
+        pass
+    pair = P()
+    pair.target, pair.draft = load_causal_lm(sys.argv[1]), load_draft(sys.argv[2], "float32")
+    pair.tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+    from pacer_hf.attached import DEFAULT_PREVERIFIER
+    from pacer_hf._paths import hub_cards_dir
+
+    shipped = pacer_hf.default_preverifier(False, pair.draft.device)
+    variant = pacer_hf.PacerPreVerifier.from_pretrained(hub_cards_dir() / DEFAULT_PREVERIFIER).eval()  # its own object
+    categories, n = list(CHAT_CATEGORIES), 2
+variant._min_rounds = True
+settings = {"shipped": shipped, "min-rounds": variant}
+log = open(sys.argv[3], "w")
+timed = validate.timed
+
+
+def logged(call, device=None):
+    elapsed, out = timed(call, device)
+    pacer = call.keywords.get("pacer")
+    name = next((k for k, v in settings.items() if v is pacer), "ar")
+    record = {"setting": name, "seconds": elapsed, "new": out.shape[1] - call.args[0].shape[1]}
+    stats = last_stats(call.func.__self__) if pacer not in (None, False) else None
+    if stats is not None:
+        record.update(draft_lengths=list(stats.draft_lengths), accepted=list(stats.accepted))
+    log.write(json.dumps(record) + "\n")
+    log.flush()
+    return elapsed, out
+
+
+validate.timed = logged
+for category in categories:
+    ids = [list(p.ids) for p in chat_prompts(pair.tokenizer, category, "bench", n=n)]
+    rows = validate.compare_in_generate(pair.target, pair.draft, ids, settings, 1, 64, warmup=True)
+    print(category, {k: (round(v["vs_ar"], 3), round(v["mean_draft"], 2)) for k, v in rows.items()}, flush=True)
