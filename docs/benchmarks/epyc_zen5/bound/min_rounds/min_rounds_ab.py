@@ -17,37 +17,11 @@ import pacer_hf
 import pacer_hf.training.validate as validate
 from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
 from pacer_hf.generation import last_stats
-from pacer_hf.loops import stop_rule
-from pacer_hf.loops.recent_acceptance import saving_per_token
 from pacer_hf.pairs import load_pair
 
-MIN_ROUNDS = 4
-shipped_drafts, shipped_end, shipped_init = (stop_rule.PacerStopRule.drafts_this_round, stop_rule.PacerStopRule.end_round,
-                                             stop_rule.PacerStopRule.__init__)
+import min_rounds  # this folder is on sys.path when the script runs
 
-
-def init(self, *args, **kwargs):
-    shipped_init(self, *args, **kwargs)
-    self.drafted_rounds = 0
-
-
-def end_round(self, accepted, drafted, target_scores):
-    shipped_end(self, accepted, drafted, target_scores)
-    self.drafted_rounds += drafted > 0
-
-
-def drafts_this_round(self, unread=1, left=None):
-    if getattr(self.preverifier, "_min_rounds", False) and self.costs is not None and self.drafted_rounds < MIN_ROUNDS:
-        recent, table = self.recent, self.costs.seconds()
-        known_loser = recent.known and saving_per_token(recent.long_first_share, recent.long_next_share, table) <= 0
-        if not known_loser:
-            recent.skipped = 0
-            return True
-    return shipped_drafts(self, unread, left)
-
-
-stop_rule.PacerStopRule.__init__, stop_rule.PacerStopRule.end_round = init, end_round
-stop_rule.PacerStopRule.drafts_this_round = drafts_this_round
+min_rounds.install(marked_only=True)
 
 torch.set_num_threads(1)
 if sys.argv[1] == "qwen2.5-coder":
