@@ -8,8 +8,10 @@ round costs that run measured, against the tokens the target accepted.
     python docs/benchmarks/epyc_zen5/bound/answer_start/answer_start.py
 """
 import json
-import math
 from pathlib import Path
+
+from pacer_hf.modeling_pacer import acceptance_probability as sigmoid
+from pacer_hf.modeling_pacer import rows_continue
 
 HERE = Path(__file__).parent
 CALLS = HERE.parents[1] / "greedy_generic_split" / "calls.jsonl"
@@ -17,22 +19,15 @@ table = next(json.loads(line)["costs"]["table"] for line in CALLS.open()
              if '"costs": {' in line and json.loads(line)["new"] == 64)
 
 
-def sigmoid(x: float) -> float:
-    return 1 / (1 + math.exp(-max(min(x, 60.0), -60.0)))
-
-
 def rule_stops_at(logits: list[float]) -> int:
-    """The shipped expected-gain rule, block size 1, stop-only, under `table` (modeling_pacer.rows_continue)."""
-    cap = min(len(logits), len(table) - 1)
-    tokens, survival = 1.0, 1.0
-    for n in range(1, cap + 1):
-        p = sigmoid(logits[n - 1])
-        survival *= p
-        tokens += survival
-        more, extra = survival, tokens
-        if not any((extra := extra + (more := more * p)) / table[m] > tokens / table[n] for m in range(n + 1, cap + 1)):
+    """Where the shipped expected-gain rule (block size 1, stop-only, 24-token cap) ends the round under `table`: the
+    package's own `modeling_pacer.rows_continue`, asked after each drafted token."""
+    probs = [sigmoid(x) for x in logits]
+    cap = len(table) - 1
+    for n in range(1, min(len(probs), cap) + 1):
+        if not rows_continue([probs[:n]], [True], 1, cap, table.__getitem__):
             return n
-    return cap
+    return min(len(probs), cap)
 
 
 positions = {"first round": {}, "later rounds": {}}
