@@ -1,13 +1,15 @@
 """The loop-feature variant A/B on the demo pair (stdlib prompts), every variant interleaved, 3 runs."""
+import loop_variants  # noqa: F401  (installs the readings compared; this folder is on sys.path)
 import torch
+
 import pacer_hf
-from pacer_hf.pairs import load_pair
-from pacer_hf.data.prompts import CATEGORIES, build_prompts
 import pacer_hf.training.validate as validate
+from pacer_hf.data.prompts import CATEGORIES, build_prompts
+from pacer_hf.pairs import load_pair
 
 torch.set_num_threads(1)
 pair = load_pair("stdlib")
-import loop_variants  # noqa: F401  (installs the readings compared; this folder is on sys.path)
+
 settings = {}
 for v in ("shipped", "full", "carry"):
     pv = pacer_hf.PacerPreVerifier.from_pretrained("hub_cards/demo-preverifier")

@@ -2,17 +2,21 @@
 Shipped: [accepted / max, 0, confidence] (in training that means "missed at accepted + 1"). Variants:
 "full": [1, 1, confidence] (no miss seen); "carry": the last loop features that saw a miss or a full round,
 confidence updated. Every call logged (rounds) to argv[2]."""
-import json, sys, torch
+import json
+import sys
+
+import loop_variants  # noqa: F401  (installs the readings compared; this folder is on sys.path)
+import torch
+
 import pacer_hf
-from pacer_hf.pairs import load_pair
-from pacer_hf.data.chat_prompts import chat_prompts
 import pacer_hf.training.validate as validate
+from pacer_hf.data.chat_prompts import chat_prompts
 from pacer_hf.generation import last_stats
+from pacer_hf.pairs import load_pair
 
 torch.set_num_threads(1)
 pair = load_pair("qwen2.5-coder")
 variants = sys.argv[3].split(",") if len(sys.argv) > 3 else ["full"]
-import loop_variants  # noqa: F401  (installs the readings compared; this folder is on sys.path)
 
 settings = {"shipped": pair.preverifier}
 for v in variants:
@@ -29,7 +33,8 @@ def logged(call, device=None):
     stats = last_stats(call.func.__self__) if pacer not in (None, False) else None
     if stats is not None:
         rec.update(draft_lengths=list(stats.draft_lengths), accepted=list(stats.accepted))
-    log.write(json.dumps(rec) + "\n"); log.flush()
+    log.write(json.dumps(rec) + "\n")
+    log.flush()
     return elapsed, out
 validate.timed = logged
 n = int(sys.argv[1])

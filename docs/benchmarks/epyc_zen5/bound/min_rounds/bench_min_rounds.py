@@ -6,9 +6,9 @@ to measure what it costs on the pairs whose drafts cannot pay. Arguments: those 
 """
 import sys
 
-from pacer_hf.cli import main
-
 import min_rounds  # this folder is on sys.path when the script runs
+
+from pacer_hf.cli import main
 
 min_rounds.install(marked_only=False)
 sys.exit(main(["bench", *sys.argv[1:]]))

@@ -11,6 +11,7 @@ marked `_min_rounds`. argv: pair (qwen2.5-coder | a target folder), draft folder
 import json
 import sys
 
+import min_rounds  # this folder is on sys.path when the script runs
 import torch
 
 import pacer_hf
@@ -18,8 +19,6 @@ import pacer_hf.training.validate as validate
 from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
 from pacer_hf.generation import last_stats
 from pacer_hf.pairs import load_pair
-
-import min_rounds  # this folder is on sys.path when the script runs
 
 min_rounds.install(marked_only=True)
 
@@ -31,17 +30,18 @@ if sys.argv[1] == "qwen2.5-coder":
     n = 3
     variant = pacer_hf.PacerPreVerifier.from_pretrained(path)
 else:
+    from transformers import AutoTokenizer
+
     from pacer_hf.bench.user_pair import load_draft
     from pacer_hf.loading import load_causal_lm
-    from transformers import AutoTokenizer
 
     class P:
         pass
     pair = P()
     pair.target, pair.draft = load_causal_lm(sys.argv[1]), load_draft(sys.argv[2], "float32")
     pair.tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
-    from pacer_hf.attached import DEFAULT_PREVERIFIER
     from pacer_hf._paths import hub_cards_dir
+    from pacer_hf.attached import DEFAULT_PREVERIFIER
 
     shipped = pacer_hf.default_preverifier(False, pair.draft.device)
     variant = pacer_hf.PacerPreVerifier.from_pretrained(hub_cards_dir() / DEFAULT_PREVERIFIER).eval()  # its own object
