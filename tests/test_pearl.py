@@ -419,6 +419,26 @@ def test_thread_worker_restores_the_switch_interval():
     assert sys.getswitchinterval() == pytest.approx(before)
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads the OS threads from /proc")
+def test_thread_worker_is_gone_from_the_os_when_close_returns():
+    """join() returns before the thread's native destructors run (MKL frees its GEMM buffers there, under
+    a spin lock); a process worker forked in that window never answered. close() waits them out."""
+
+    def multiply(job: Job) -> None:
+        matrix = torch.ones(64, 64, dtype=torch.float64)
+        job.tokens = [int((matrix @ matrix)[0, 0])]
+
+    for _ in range(20):
+        worker = new_worker("thread", multiply)
+        job = new_job()
+        worker.submit(job)
+        worker.wait(job)
+        native_id = worker.thread.native_id
+        worker.close()
+        assert job.tokens == [64]
+        assert not os.path.exists(f"/proc/self/task/{native_id}")
+
+
 # --------------------------------------------------------------------- gamma
 def test_gamma_is_the_clamped_ratio_and_measured_once(monkeypatch):
     """Fake step times: the ratio is clamped to [2, max_gamma] and each (pair, cap) is timed once."""

@@ -19,6 +19,7 @@ it is done and raises what went wrong (the worker's error, a hang past `timeout_
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import sys
 import threading
@@ -81,6 +82,7 @@ class DraftWorker:
     """The caller's side of a draft worker (see the module docstring for the protocol)."""
 
     kind = ""
+    hang_hint = ""  # appended to the timeout error: what else makes this kind of worker hang
     join_timeout_s = 5.0  # close(): how long a running job may take to notice it was cancelled
 
     def __init__(self, run: Run, *, stats: PearlStats, timeout_s: float = 120.0):
@@ -117,7 +119,7 @@ class DraftWorker:
             if time.perf_counter() > deadline:
                 self.cancel(job)
                 raise TimeoutError(f"PEARL draft job did not finish within timeout_s={self.timeout_s}s; "
-                                   "raise PearlConfig.timeout_s for very slow drafts.")
+                                   f"raise PearlConfig.timeout_s for very slow drafts{self.hang_hint}.")
         if job.error is not None:
             name = getattr(job.error, "type_name", type(job.error).__name__)
             raise RuntimeError(f"PEARL draft worker failed: {name}: {job.error}") from job.error
@@ -206,6 +208,8 @@ class ThreadWorker(DraftWorker):
                 warnings.warn(f"PEARL draft worker did not stop within {self.join_timeout_s}s (a draft forward is "
                               "stuck); it is a daemon thread and will not block interpreter exit.", RuntimeWarning,
                               stacklevel=2)
+            else:
+                _wait_native_exit(thread, self.join_timeout_s)
         if self.old_switch_interval is not None:
             sys.setswitchinterval(self.old_switch_interval)
             self.old_switch_interval = None
@@ -228,12 +232,27 @@ class ThreadWorker(DraftWorker):
         self.stream.synchronize()
 
 
+def _wait_native_exit(thread: threading.Thread, timeout_s: float) -> None:
+    """Wait until `thread`'s OS thread is gone, not only its Python side (what `join` waits for).
+
+    Its thread-local destructors run after `join` returns; MKL's frees the thread's GEMM buffers under
+    a spin lock. A fork in that window (the next process worker) leaves the child spinning on a lock
+    nobody will release, so the process worker's first job never returns.
+    """
+    task = f"/proc/self/task/{thread.native_id}"
+    deadline = time.perf_counter() + timeout_s
+    while os.path.exists(task) and time.perf_counter() < deadline:
+        time.sleep(0.001)
+
+
 class ProcessWorker(DraftWorker):
     """A forked child serving jobs (CPU drafts). The caller never drafts once it runs: only the child
     holds a live draft cache. Prefixes (`max_length` ids) and sampled logits (`slots` x `vocab`, when
     `do_sample`) go through shared memory; the child adds its draft forwards to the caller's stats."""
 
     kind = "process"
+    hang_hint = (", or use PearlConfig(worker='thread') if other threads of this process run MKL or OpenMP work "
+                 "while generate forks its worker (the child inherits their locks)")
 
     def __init__(self, run: Run, *, stats: PearlStats, timeout_s: float = 120.0, max_length: int, slots: int,
                  vocab: int, do_sample: bool):
