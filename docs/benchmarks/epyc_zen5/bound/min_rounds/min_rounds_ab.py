@@ -8,17 +8,19 @@ marked `_min_rounds`. argv: pair (qwen2.5-coder | a target folder), draft folder
     (DRAFT_FOLDER: the 0.5B files with docs/benchmarks/epyc_zen5/fit_qwen05_int8/cheap_draft.json beside them; each
     run's printed lines are its *_output.txt here; then ratios.py)
 """
-import json
 import sys
+from pathlib import Path
 
 import min_rounds  # this folder is on sys.path when the script runs
 import torch
 
-import pacer_hf
-import pacer_hf.training.validate as validate
-from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
-from pacer_hf.generation import last_stats
-from pacer_hf.pairs import load_pair
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import ab_calls  # noqa: E402  (the folder above)
+
+import pacer_hf  # noqa: E402
+import pacer_hf.training.validate as validate  # noqa: E402
+from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts  # noqa: E402
+from pacer_hf.pairs import load_pair  # noqa: E402
 
 min_rounds.install(marked_only=True)
 
@@ -48,24 +50,7 @@ else:
     categories, n = list(CHAT_CATEGORIES), 2
 variant._min_rounds = True
 settings = {"shipped": shipped, "min-rounds": variant}
-log = open(sys.argv[3], "w")
-timed = validate.timed
-
-
-def logged(call, device=None):
-    elapsed, out = timed(call, device)
-    pacer = call.keywords.get("pacer")
-    name = next((k for k, v in settings.items() if v is pacer), "ar")
-    record = {"setting": name, "seconds": elapsed, "new": out.shape[1] - call.args[0].shape[1]}
-    stats = last_stats(call.func.__self__) if pacer not in (None, False) else None
-    if stats is not None:
-        record.update(draft_lengths=list(stats.draft_lengths), accepted=list(stats.accepted))
-    log.write(json.dumps(record) + "\n")
-    log.flush()
-    return elapsed, out
-
-
-validate.timed = logged
+ab_calls.log_calls(settings, sys.argv[3])
 for category in categories:
     ids = [list(p.ids) for p in chat_prompts(pair.tokenizer, category, "bench", n=n)]
     rows = validate.compare_in_generate(pair.target, pair.draft, ids, settings, 1, 64, warmup=True)

@@ -1,0 +1,27 @@
+"""What the rule A/B scripts under this folder share: every timed `generate` call of `validate.compare_in_generate`
+logged as one JSON line (setting, seconds, new tokens, each round's drafted and accepted tokens)."""
+import json
+
+import pacer_hf.training.validate as validate
+from pacer_hf.generation import last_stats
+
+
+def log_calls(settings: dict, path: str, plain: str = "ar") -> None:
+    """From now on, `validate.timed` also writes each call to `path`; a call's setting is the name in `settings`
+    whose pre-verifier it ran (`plain` for the target alone)."""
+    log = open(path, "w")
+    timed = validate.timed
+
+    def logged(call, device=None):
+        elapsed, out = timed(call, device)
+        pacer = call.keywords.get("pacer")
+        name = next((k for k, v in settings.items() if v is pacer), plain if pacer in (None, False) else str(pacer)[:20])
+        record = {"setting": name, "seconds": elapsed, "new": out.shape[1] - call.args[0].shape[1]}
+        stats = last_stats(call.func.__self__) if pacer not in (None, False) else None
+        if stats is not None:
+            record.update(draft_lengths=list(stats.draft_lengths), accepted=list(stats.accepted))
+        log.write(json.dumps(record) + "\n")
+        log.flush()
+        return elapsed, out
+
+    validate.timed = logged
