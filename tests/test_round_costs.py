@@ -245,13 +245,18 @@ def test_a_pair_that_did_not_pay_starts_its_next_call_plain():
         assert _drafted(call(draft))[0] > 0, "not known yet: each call judges its own first tokens"
         calls += 1
         assert calls < 20
-    assert recent.long_share < 0.5
+    assert (recent.long_accepted + 1) / (recent.long_tried + 2) < 0.5
     later = call(draft)
     assert _drafted(later)[:4] == [0, 0, 0, 0], _drafted(later)
     assert later.draft_forwards < first.draft_forwards
     assert recent_acceptance_for(target, draft, do_sample=True).tried == 0, "sampling keeps its own"
     fresh = build_draft(target, "random")
     assert _drafted(call(fresh))[0] > 0, "another draft starts fresh"
+
+
+def _one_share(recent) -> float:
+    """One acceptance share for every judged token, first tokens and later ones alike (what the rule does not use)."""
+    return (recent.accepted + 1) / (recent.tried + 2)
 
 
 def _pays_at(share: float, table: list[float], first: float | None = None) -> bool:
@@ -285,7 +290,9 @@ def test_one_call_the_draft_could_not_follow_does_not_turn_the_next_call_plain()
     assert recent.first_share == pytest.approx(recent.long_first_share)
     assert recent.next_share == pytest.approx(recent.long_next_share)
     assert next_call.drafts_this_round(1)
-    for _ in range(3):  # its first rounds rejected at once: three judged tokens, no evidence yet
+    next_call.end_round(0, 6, torch.zeros(96))  # its first round, right after the prompt: not counted
+    assert recent.tried == MIN_TRIED and next_call.judged == 0
+    for _ in range(3):  # its next rounds rejected at once: three judged tokens, no evidence yet
         next_call.end_round(0, 6, torch.zeros(96))
     assert not _pays_at(recent.next_share, costs.seconds(), recent.first_share) and next_call.drafts_this_round(1)
     next_call.end_round(0, 6, torch.zeros(96))  # the fourth: now its own rounds decide
@@ -387,16 +394,53 @@ def test_acceptance_estimate_counts_the_tokens_tried():
     rule = PacerStopRule(_expected_gain_preverifier(build_draft(build_model("llama"), "noisy")), PacerStats("t"))
     rule.costs = RoundCosts([1.0 + 5.0 * k for k in range(7)], "given", online=False)  # drafting never pays
     scores = torch.zeros(96)
+    rule.end_round(0, 4, scores)  # the call's first round: no evidence about the pair
+    assert rule.recent.tried == rule.recent.first_tried == rule.judged == 0
     rule.end_round(2, 4, scores)
-    assert rule.recent.share == pytest.approx((2 + 1) / (3 + 2))
+    assert _one_share(rule.recent) == pytest.approx((2 + 1) / (3 + 2))
     assert rule.recent.first_share == pytest.approx((1 + 1) / (1 + 2)), "its first token: accepted"
     assert rule.recent.next_share == pytest.approx((1 + 1) / (2 + 2)), "the two after it: one accepted, one not"
     assert rule.recent.tried < MIN_TRIED and rule.drafts_this_round(), "one round is no evidence"
     rule.end_round(4, 4, scores)
-    assert rule.recent.share == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
+    assert _one_share(rule.recent) == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
     rule.end_round(3, 0, scores)
-    assert rule.recent.share == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
+    assert _one_share(rule.recent) == pytest.approx((0.9 * 2 + 4 + 1) / (0.9 * 3 + 4 + 2))
     assert not rule.drafts_this_round()
+
+
+def test_a_calls_opening_round_is_no_evidence_about_the_call():
+    """A call's opening round drafts right after the prompt, where a chat answer's opening is often a token the draft
+    could not guess. A pair that pays, opening a call with a rejected long round and a half-accepted short one, keeps
+    drafting (three judged tokens, fewer than MIN_TRIED); counted, the same two rounds (four judged tokens, first
+    tokens 1 in 2) would have sent it plain. The opening round still counts toward the pair's long-run counts, and
+    from the second round on rounds count as before. A pair known not to pay opens its calls with a probe, whose
+    verdict counts at once: it is the evidence the probe was for."""
+    from pacer_hf.loops.stop_rule import MIN_TRIED, PacerStopRule, RecentAcceptance
+    from pacer_hf.stats import PacerStats
+
+    preverifier = _expected_gain_preverifier(build_draft(build_model("llama"), "noisy"))
+    costs = RoundCosts([1.0 + 0.8 * k for k in range(7)], "given", online=False)  # pays at a high share only
+    call = PacerStopRule(preverifier, PacerStats("t"), costs, recent=RecentAcceptance())
+    call.end_round(0, 6, torch.zeros(96))
+    assert call.recent.tried == call.recent.first_tried == call.judged == 0
+    assert call.recent.long_tried == call.recent.long_first_tried == 1 and call.recent.long_first_accepted == 0
+    call.end_round(2, 3, torch.zeros(96))
+    assert call.judged == 3 < MIN_TRIED and call.drafts_this_round(1)
+    counted = PacerStopRule(preverifier, PacerStats("t"), costs, recent=RecentAcceptance())
+    for accepted, drafted in ((0, 0), (0, 6), (2, 3)):  # the same two rounds after a plain opening: both count
+        counted.end_round(accepted, drafted, torch.zeros(96))
+    assert counted.judged == MIN_TRIED and not counted.drafts_this_round(1)
+    call.end_round(0, 6, torch.zeros(96))
+    assert call.judged == MIN_TRIED and not call.drafts_this_round(1), "from the second round on, rounds count"
+
+    loser = RecentAcceptance()
+    for _ in range(50):
+        loser.add(0, 6)
+    probe = PacerStopRule(preverifier, PacerStats("t"), costs, recent=loser)
+    assert loser.known_loser(costs.seconds())
+    tried = loser.tried
+    probe.end_round(0, 6, torch.zeros(96))
+    assert probe.judged == 1 and loser.tried == pytest.approx(0.9 * tried + 1)
 
 
 def test_a_known_pair_reads_a_long_prompt_only_when_the_answer_left_can_win_it_back():
@@ -448,6 +492,7 @@ def test_a_rounds_first_token_and_the_later_ones_are_judged_apart():
     def rule(table: list[float], rounds: list[tuple[int, int]]) -> PacerStopRule:
         made = PacerStopRule(preverifier, PacerStats("t"), RoundCosts(table, "given", online=False),
                              recent=RecentAcceptance())
+        made.end_round(0, 0, torch.zeros(96))  # a call that opens with a plain round
         for accepted, drafted in rounds:
             made.end_round(accepted, drafted, torch.zeros(96))
         return made
@@ -456,7 +501,7 @@ def test_a_rounds_first_token_and_the_later_ones_are_judged_apart():
     stalled = rule(table, [(6, 6), (5, 5), (0, 1), (0, 1), (0, 1)])
     recent = stalled.recent
     assert recent.first_share < 0.4 < 0.85 < recent.next_share
-    assert _pays_at(recent.share, table), "one share for every token expects drafting to pay"
+    assert _pays_at(_one_share(recent), table), "one share for every token expects drafting to pay"
     assert not _pays_at(recent.next_share, table, recent.first_share)
     assert not stalled.drafts_this_round()
 
@@ -464,5 +509,5 @@ def test_a_rounds_first_token_and_the_later_ones_are_judged_apart():
     one_right = rule(table, [(1, 6)] * 6)
     recent = one_right.recent
     assert recent.first_share > 0.85 and recent.next_share < 0.15
-    assert not _pays_at(recent.share, table), "one share for every token (half accepted) expects no gain"
+    assert not _pays_at(_one_share(recent), table), "one share for every token (half accepted) expects no gain"
     assert one_right.drafts_this_round()

@@ -48,22 +48,20 @@ class RecentAcceptance:
     probe_every: int = PROBE_EVERY
     read_seconds: float = 0.0
 
-    share = property(lambda self: _share(self.accepted, self.tried))
-    long_share = property(lambda self: _share(self.long_accepted, self.long_tried))
     first_share = property(lambda self: _share(self.first_accepted, self.first_tried))
     next_share = property(lambda self: _share(self.accepted - self.first_accepted, self.tried - self.first_tried))
     long_first_share = property(lambda self: _share(self.long_first_accepted, self.long_first_tried))
     long_next_share = property(
         lambda self: _share(self.long_accepted - self.long_first_accepted, self.long_tried - self.long_first_tried))
 
-    def add(self, accepted: int, drafted: int) -> int:
+    def add(self, accepted: int, drafted: int, recent: bool = True) -> int:
         """A verified round; returns the drafted tokens it judged (a token is tried only after those before it were
-        accepted: m successes, then a failure)."""
+        accepted: m successes, then a failure). `recent=False`: the long-run counts only (a call's opening round)."""
         if drafted == 0:
             return 0
         accepted = min(accepted, drafted)
         tried = accepted + (accepted < drafted)
-        self._count(tried, accepted, float(accepted > 0))
+        self._count(tried, accepted, float(accepted > 0), recent)
         return tried
 
     def add_predicted(self, probability: float) -> int:
@@ -72,10 +70,11 @@ class RecentAcceptance:
         self._count(1, probability, probability)
         return 1
 
-    def _count(self, tried: float, accepted: float, first: float) -> None:
+    def _count(self, tried: float, accepted: float, first: float, recent: bool = True) -> None:
         """One round: `tried` judged tokens, `accepted` of them, its first token accepted (`first`, 0 to 1)."""
-        self.tried, self.accepted = 0.9 * self.tried + tried, 0.9 * self.accepted + accepted
-        self.first_tried, self.first_accepted = 0.9 * self.first_tried + 1, 0.9 * self.first_accepted + first
+        if recent:
+            self.tried, self.accepted = 0.9 * self.tried + tried, 0.9 * self.accepted + accepted
+            self.first_tried, self.first_accepted = 0.9 * self.first_tried + 1, 0.9 * self.first_accepted + first
         self.long_tried, self.long_accepted = 0.99 * self.long_tried + tried, 0.99 * self.long_accepted + accepted
         self.long_first_tried = 0.99 * self.long_first_tried + 1
         self.long_first_accepted = 0.99 * self.long_first_accepted + first
@@ -84,6 +83,14 @@ class RecentAcceptance:
     def known(self) -> bool:
         """Whether the pair's long-run counts rest on `MIN_EVIDENCE` judged tokens (a few calls' worth)."""
         return self.long_tried >= MIN_EVIDENCE
+
+    def long_saving(self, table: list[float]) -> float:
+        """`saving_per_token` at the long-run shares under the round costs `table`."""
+        return saving_per_token(self.long_first_share, self.long_next_share, table)
+
+    def known_loser(self, table: list[float]) -> bool:
+        """Whether the pair is `known` and no draft length pays at its long-run shares under `table`."""
+        return self.known and self.long_saving(table) <= 0
 
     def start_call(self) -> None:
         """A new call: the recent counts restart at the long-run shares weighed as `MIN_TRIED` judged tokens, half

@@ -112,6 +112,7 @@ class PacerStopRule:
         self.recent = recent if recent is not None else RecentAcceptance()  # shared with the pair's other calls
         self.recent.start_call()
         self.judged = 0  # drafted tokens judged in this call
+        self.rounds_verified = 0
 
     @property
     def path(self) -> str:
@@ -120,12 +121,19 @@ class PacerStopRule:
 
     def end_round(self, accepted: int, drafted: int, target_scores: torch.Tensor) -> None:
         """What the next round's decisions may read (`config.loop_features`): the round just verified and the
-        target's confidence in the last token it chose (`target_scores`: its scores at that position)."""
+        target's confidence in the last token it chose (`target_scores`: its scores at that position). A call's
+        opening round drafts right after the prompt, often against a first token the draft could not guess (a chat
+        answer's opening): it counts toward the pair's long-run counts only, not the call's judged tokens or shares,
+        unless the pair is known not to pay (then it is a probe, the evidence asked for)."""
         if self.reads_loop:
             self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
-        self.judged += self.recent.add(accepted, drafted)
-        if drafted == 0 and self.unjudged is not None:  # trimmed to nothing: no verdict, the prediction stands in
-            self.judged += self.recent.add_predicted(self.unjudged)
+        opening = self.rounds_verified == 0 and not (self.costs is not None and self.recent.known_loser(self.costs.seconds()))
+        self.rounds_verified += 1
+        judged = self.recent.add(accepted, drafted, recent=not opening)
+        if not opening:
+            self.judged += judged
+            if drafted == 0 and self.unjudged is not None:  # trimmed to nothing: no verdict, the prediction stands in
+                self.judged += self.recent.add_predicted(self.unjudged)
         self.unjudged = None
 
     def drafts_this_round(self, unread: int = 1, left: int | None = None) -> bool:
@@ -134,8 +142,9 @@ class PacerStopRule:
         under measured costs asks whether any draft length, at the pair's per-token acceptance (`RecentAcceptance`,
         carried between calls), is expected to beat a plain target step (k tokens accepted in a row, the round's first
         with the chance of a first token, the others with theirs), and a round that expects none proposes nothing.
-        A call drafts until `MIN_TRIED` of its own tokens were judged (one bad round is no evidence), unless the pair
-        is `known` not to pay: such a pair starts plain.
+        A call drafts until `MIN_TRIED` of its own tokens were judged after its opening round (one bad round is no
+        evidence, and the opening one is none about the call: `end_round`), unless the pair is `known` not to pay:
+        such a pair starts plain.
         A probe round drafts anyway, so the estimate follows the text: after `PROBE_EVERY` plain rounds; for a pair
         known not to pay, after `probe_every` plain rounds (doubled by each probe that leaves drafting unpaid, up to
         `MAX_PROBE_EVERY`) and only once the draft's catch-up over the `unread` tokens it skipped costs at most
@@ -147,9 +156,8 @@ class PacerStopRule:
             return True
         table = self.costs.seconds()
         saving_now = saving_per_token(recent.first_share, recent.next_share, table)
-        saving_long = saving_per_token(recent.long_first_share, recent.long_next_share, table)
-        known_loser = recent.known and saving_long <= 0
-        read_pays = self._read_pays(unread, left, max(saving_now, saving_long))
+        known_loser = recent.known_loser(table)
+        read_pays = self._read_pays(unread, left, max(saving_now, recent.long_saving(table)))
         if ((self.judged < MIN_TRIED and not known_loser) or saving_now > 0) and read_pays:
             recent.skipped, recent.probe_every = 0, PROBE_EVERY
             return True
