@@ -3,7 +3,8 @@
 greedy_intel/, greedy_generic/: examples/compare_stop_rules.py (MKL's Intel kernels preloaded, and without);
 greedy_generic_synced/, greedy_intel_synced/: greedy_generic's and greedy_intel's commands with gammas 2,4,6,8 after the
 draft-cache fix (commit ee481a6, eaea119; calls.jsonl: every timed call's rounds); greedy_generic_split/: the generic
-command again with a round's first drafted token judged apart (commit e5396df);
+command again with a round's first drafted token judged apart (commit e5396df); greedy_generic_opening/: the same with a
+call's opening round no evidence about the call (commit b8a4ec1);
 t1_intel/, t1_generic/: pacer-hf bench at T = 1 (the same two paths); bound/compare_costs.json:
 compare_stop_rules.py --gammas 8,16,24 --costs (generic kernels; bound/command.txt)."""
 import json
@@ -65,7 +66,8 @@ def sampled(records: list) -> dict:
 
 
 report = {"what": "ratios the docs quote; intel: MKL's Intel kernels preloaded, generic: without (same Zen 5 EPYC)"}
-for name in ("greedy_intel", "greedy_generic", "greedy_generic_synced", "greedy_intel_synced", "greedy_generic_split"):
+for name in ("greedy_intel", "greedy_generic", "greedy_generic_synced", "greedy_intel_synced", "greedy_generic_split",
+             "greedy_generic_opening"):
     if (HERE / name / "results.json").exists():
         report[name] = greedy(json.loads((HERE / name / "results.json").read_text()))
 for name in ("t1_intel", "t1_generic"):

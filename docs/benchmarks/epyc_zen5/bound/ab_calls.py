@@ -1,8 +1,10 @@
 """What the rule A/B scripts under this folder share: every timed `generate` call of `validate.compare_in_generate`
-logged as one JSON line (setting, seconds, new tokens, each round's drafted and accepted tokens)."""
+logged as one JSON line (setting, seconds, new tokens, each round's drafted and accepted tokens), and the loop over
+chat categories that makes those calls."""
 import json
 
 import pacer_hf.training.validate as validate
+from pacer_hf.data.chat_prompts import chat_prompts
 from pacer_hf.generation import last_stats
 
 
@@ -25,3 +27,12 @@ def log_calls(settings: dict, path: str, plain: str = "ar") -> None:
         return elapsed, out
 
     validate.timed = logged
+
+
+def run_categories(target, draft, tokenizer, settings: dict, categories: list[str], prompts: int) -> None:
+    """Each category's first `prompts` bench prompts, every setting interleaved (one run, 64 new tokens, a warm-up
+    call per setting first); prints each category's speeds against the target alone and mean draft lengths."""
+    for category in categories:
+        ids = [list(p.ids) for p in chat_prompts(tokenizer, category, "bench", n=prompts)]
+        rows = validate.compare_in_generate(target, draft, ids, settings, 1, 64, warmup=True)
+        print(category, {k: (round(v["vs_ar"], 3), round(v["mean_draft"], 2)) for k, v in rows.items()}, flush=True)

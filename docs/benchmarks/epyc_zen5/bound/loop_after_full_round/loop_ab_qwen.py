@@ -12,8 +12,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ab_calls  # noqa: E402  (the folder above)
 
 import pacer_hf  # noqa: E402
-import pacer_hf.training.validate as validate  # noqa: E402
-from pacer_hf.data.chat_prompts import chat_prompts  # noqa: E402
 from pacer_hf.pairs import load_pair  # noqa: E402
 
 torch.set_num_threads(1)
@@ -27,7 +25,4 @@ for v in variants:
     settings[v] = pv
 ab_calls.log_calls(settings, sys.argv[2], plain="None")
 n = int(sys.argv[1])
-for category in ("chat-humaneval", "chat-docstring", "chat-edit"):
-    ids = [list(p.ids) for p in chat_prompts(pair.tokenizer, category, "bench", n=n)]
-    rows = validate.compare_in_generate(pair.target, pair.draft, ids, settings, 1, 64, warmup=True)
-    print(category, {k: (round(v["vs_ar"], 3), round(v["mean_draft"], 2)) for k, v in rows.items()}, flush=True)
+ab_calls.run_categories(pair.target, pair.draft, pair.tokenizer, settings, ["chat-humaneval", "chat-docstring", "chat-edit"], n)

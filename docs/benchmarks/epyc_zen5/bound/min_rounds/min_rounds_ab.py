@@ -18,8 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ab_calls  # noqa: E402  (the folder above)
 
 import pacer_hf  # noqa: E402
-import pacer_hf.training.validate as validate  # noqa: E402
-from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts  # noqa: E402
+from pacer_hf.data.chat_prompts import CHAT_CATEGORIES  # noqa: E402
 from pacer_hf.pairs import load_pair  # noqa: E402
 
 min_rounds.install(marked_only=True)
@@ -51,7 +50,4 @@ else:
 variant._min_rounds = True
 settings = {"shipped": shipped, "min-rounds": variant}
 ab_calls.log_calls(settings, sys.argv[3])
-for category in categories:
-    ids = [list(p.ids) for p in chat_prompts(pair.tokenizer, category, "bench", n=n)]
-    rows = validate.compare_in_generate(pair.target, pair.draft, ids, settings, 1, 64, warmup=True)
-    print(category, {k: (round(v["vs_ar"], 3), round(v["mean_draft"], 2)) for k, v in rows.items()}, flush=True)
+ab_calls.run_categories(pair.target, pair.draft, pair.tokenizer, settings, categories, n)
