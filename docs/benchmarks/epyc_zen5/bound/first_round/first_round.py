@@ -4,6 +4,9 @@ template's answer start), so its verdict is no evidence about how the call goes 
 call's judged tokens (`MIN_TRIED`) nor its recent shares, only toward the pair's long-run counts. Except for a pair
 known not to pay, whose call opens with a probe: that verdict is what the probe is for, and counts as before.
 (v1/first_round.py, the first form measured: the first round counted nowhere.)
+Written against the rule before b8a4ec1, which ships the second form in the package: installed on a
+later package it would wrap rules that already set the opening round apart and leave out their second round too
+(command.txt names the worktree each run used).
 `install(marked_only=True)` applies it to pre-verifier objects marked `_first_round` (an A/B in one process),
 `install(False)` to every one."""
 from pacer_hf.loops import stop_rule

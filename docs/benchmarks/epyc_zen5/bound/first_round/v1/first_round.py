@@ -1,7 +1,10 @@
 """The first-round candidate, installed on `PacerStopRule` for this process only (an experiment until measured): a
 call's first round follows the prompt, where the target's first answer token is often not the draft's (a chat
 template's answer start), so its verdict is not counted as evidence about the pair (`MIN_TRIED`, the recent and
-long-run shares). `install(marked_only=True)` applies it to pre-verifier objects marked `_first_round` (an A/B in one
+long-run shares). Written against the rule before b8a4ec1, which ships the second form in the package: installed on a
+later package it would wrap rules that already set the opening round apart and leave out their second round too
+(command.txt names the worktree each run used).
+`install(marked_only=True)` applies it to pre-verifier objects marked `_first_round` (an A/B in one
 process), `install(False)` to every one."""
 from pacer_hf.loops import stop_rule
 
