@@ -3,8 +3,9 @@ yet estimated from the mean of the last W drafted tokens (W = 1: the shipped rul
 
     python docs/benchmarks/epyc_zen5/bound/opening_calibration/window_replay.py PREVERIFIER TRACES [CURVE.json ...]
 """
-import math
+import inspect
 import sys
+import textwrap
 
 import numpy as np
 
@@ -17,28 +18,21 @@ from pacer_hf.training.traces import load_traces
 from pacer_hf.training.train import predict_probs, prepare
 
 W = [1]
+SHIPPED = "future.append(sum(p[-block_size:]) / max(len(p[-block_size:]), 1))"
 
 
-def rows_continue(probs, open_rows, block_size, max_tokens, time, rate_now=None):
-    n = max(len(p) for p in probs)
-    survival, future, tokens = [], [], 0.0
-    for p, open_row in zip(probs, open_rows):
-        tokens += mp.expected_tokens(p)[-1]
-        survival.append(math.prod(p) if open_row else 0.0)
-        w = p[-max(block_size, W[0]):]
-        future.append(sum(w) / max(len(w), 1))
-    rate_now = tokens / time(n) if rate_now is None else rate_now
-    for extra in range(1, (max_tokens - n) // block_size + 1):
-        for _ in range(block_size):
-            for b in range(len(survival)):
-                survival[b] *= future[b]
-                tokens += survival[b]
-        if tokens / time(n + extra * block_size) > rate_now:
-            return True
-    return False
+def windowed(function):
+    """`function` (modeling_pacer.rows_continue) with its estimate of the coming tokens read from the last W."""
+    source = inspect.getsource(function)
+    if SHIPPED not in source:
+        raise SystemExit("modeling_pacer.rows_continue no longer estimates the coming tokens as this script expects.")
+    source = source.replace(SHIPPED, "future.append(sum(p[-max(block_size, W[0]):]) / len(p[-max(block_size, W[0]):]))")
+    namespace = {**vars(mp), "W": W}
+    exec(textwrap.dedent(source), namespace)
+    return namespace[function.__name__]
 
 
-mp.rows_continue = rows_continue
+mp.rows_continue = windowed(mp.rows_continue)
 pv = load_preverifier(sys.argv[1]).eval()
 probs, labels = predict_probs(pv, prepare(load_traces(sys.argv[2])))
 acc = simulate.acceptance_matrix(labels)
