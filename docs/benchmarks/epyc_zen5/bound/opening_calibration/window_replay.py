@@ -48,5 +48,5 @@ for curve in curves:
         W[0] = w
         lengths = simulate.pacer_lengths(probs, 1, None, "expected_gain", cap, costs)
         s = simulate.speedup(acc, lengths, costs, True)
-        out.append(f"W={w}: {s:.3f} (draft {lengths.mean():.1f}, cap {(s - best) / (oracle - best):.2f})")
-    print(f"{curve or 'stored'}: rounds {len(acc)} best fixed {best:.3f} oracle {oracle:.3f} | " + " | ".join(out))
+        out.append(f"W={w}: {s:.3f}x (draft {lengths.mean():.1f}, cap {(s - best) / (oracle - best):.2f})")
+    print(f"{curve or 'stored'}: rounds {len(acc)} best fixed {best:.3f}x oracle {oracle:.3f}x | " + " | ".join(out))
