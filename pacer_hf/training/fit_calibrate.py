@@ -48,4 +48,5 @@ def calibrate_here(target, draft, candidates: dict[str, PacerPreVerifier], heldo
     kept = max(speeds, key=speeds.get)  # ties: the first in `candidates`' order
     report = report_on(candidates[kept], report_half, own[kept]) if halves else candidates[kept].config.calibration
     report["candidates_simulated"] = {name: round(v, 4) for name, v in speeds.items()}
+    report["candidate_kept"] = kept  # named, since rounded speeds can tie
     return kept, candidates[kept], report
