@@ -192,6 +192,16 @@ def record_past(cache: Cache) -> None:
     cache.activate_past_recording()
 
 
+def full_attention_kv(cache, length: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Each layer's keys and values for the first `length` positions, or None unless every layer of `cache` is a
+    plain full-attention layer holding them."""
+    if not isinstance(cache, DynamicCache) or any(_ROLLBACK.get(type(layer).__name__) != "full" for layer in cache.layers):
+        return None
+    if cache.get_seq_length() < length:
+        return None
+    return [(layer.keys[:, :, :length], layer.values[:, :, :length]) for layer in cache.layers]
+
+
 def crop_cache(cache, length: int) -> None:
     """Keep the first `length` positions of `cache`: the rollback of every loop, for every kind of layer.
 

@@ -16,9 +16,10 @@ class PacerStats:
     `draft_forward` the draft's forward that ran: "lean" (`lean_draft.py`), "model" (its own
     `forward`) or "compiled" (`compile_draft`). `preverifier` says which pre-verifier decided the rounds:
     "passed" (`pacer=<pre-verifier>`), "attached" (`pacer_hf.attach`), "default" (the one shipped in the
-    package, for a draft with none), None when none did. With batch > 1 the counters are the batch's totals
-    (a round is one target forward for every row; `new_tokens` excludes padding) and `rows[b]` holds
-    row b's own rounds.
+    package, for a draft with none), None when none did. `prompt_kv_from_target`: prompt positions the draft took
+    from the target's cache instead of reading them (a copy of the target, `loops/shared_prompt.py`). With batch > 1
+    the counters are the batch's totals (a round is one target forward for every row; `new_tokens` excludes
+    padding) and `rows[b]` holds row b's own rounds.
     """
 
     strategy: str
@@ -33,6 +34,7 @@ class PacerStats:
     loop: str = "lean"
     draft_forward: str = "model"
     preverifier: str | None = None
+    prompt_kv_from_target: int = 0
     rows: list[PacerStats] = field(default_factory=list)
 
     @property

@@ -17,6 +17,8 @@ from transformers import GenerationConfig, LogitsProcessorList
 from .._hf_compat import CandidateGenerator, crop_cache, eos_ids
 from ..stats import PacerStats
 from .draft_forwards import choose_draft_forward
+from .lean_draft import DraftKV
+from .shared_prompt import is_copy_of, load_prompt_kv
 from .stop_rule import PacerStopRule, RoundRecord
 
 
@@ -51,11 +53,22 @@ class PacerCandidateGenerator(CandidateGenerator):
         self.forward, self.cache = choose_draft_forward(draft, draft_forward, self.max_length, stats)
         self.record = RoundRecord(stats, stop, stop.costs if stop is not None else None)
         self.synced = 0  # leading positions of `ids` found equal to a verified sequence (they stay so)
+        self.target_cache = None  # set by `share_prompt_kv` until the draft has taken the prompt's states
+
+    def share_prompt_kv(self, target, target_cache) -> bool:
+        """Whether this draft takes the prompt's keys and values from the target's cache (`shared_prompt.py`): a lean
+        draft that is a copy of the target. If so, the verification loop has the target read the prompt but its last
+        token before the first round, and the draft starts from those states instead of reading the prompt."""
+        if isinstance(self.cache, DraftKV) and self.cache.length == 0 and is_copy_of(self.draft, target):
+            self.target_cache = target_cache
+        return self.target_cache is not None
 
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
         start = time.perf_counter()
         cur_len = input_ids.shape[1]
+        if self.target_cache is not None:
+            self._take_prompt_kv(input_ids)
         budget = min(self.max_draft_tokens, self.max_length - cur_len - 1)
         # else a plain step; the stop rule prices the tokens the draft would read first
         self.synced = self._kept(input_ids)  # `input_ids` is verified
@@ -68,6 +81,15 @@ class PacerCandidateGenerator(CandidateGenerator):
             return input_ids, None
         # A view: the verification loop reads the candidates before the next round writes `ids` again.
         return self.ids[:, : cur_len + n], torch.stack(processed[:n], dim=1) if self.do_sample else None
+
+    def _take_prompt_kv(self, input_ids: torch.LongTensor) -> None:
+        """The draft's cache takes the prompt's states the target's cache holds (once; if they cannot be copied, the
+        draft reads the prompt itself)."""
+        held = min(self.target_cache.get_seq_length(), input_ids.shape[1] - 1)
+        if held > 0 and load_prompt_kv(self.cache, self.target_cache, held):
+            self.ids[:, :held] = input_ids[:, :held]
+            self.stats.prompt_kv_from_target = held
+        self.target_cache = None
 
     def _draft(
         self,

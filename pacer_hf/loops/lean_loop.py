@@ -81,6 +81,10 @@ def lean_assisted_decoding(
     eos_set = eos_ids(eos_tensor(config))
     forward_kwargs = {CACHE_KWARG: cache, "use_cache": True}
     record_past(cache)  # windowed / linear-attention layers must be able to roll back
+    share = getattr(generator, "share_prompt_kv", None)  # a draft that is a copy of the target (shared_prompt.py)
+    if share is not None and cache.get_seq_length() < input_ids.shape[1] - 1 and share(model, cache):
+        prefill = {"logits_to_keep": 1} if "logits_to_keep" in model_kwargs else {}
+        model(input_ids=input_ids[:, cache.get_seq_length() : -1], **forward_kwargs, **prefill)  # all but the last
     while True:
         cur_len = input_ids.shape[1]
         candidates, candidate_logits = generator.get_candidates(input_ids)
