@@ -11,7 +11,8 @@ class PacerStats:
 
     `draft_lengths[i]` tokens were proposed in round i and the target accepted `accepted[i]` of them;
     `trimmed[i]`, where present, more were drafted in round i and left out (`trim_failed_block`, greedy only);
-    every round costs one target forward (the first one also reads the prompt). `loop` is the
+    every round costs one target forward (the first one also reads the prompt, or the prompt's last token when the
+    target read the rest beforehand for a draft that takes its states: `prompt_kv_from_target`). `loop` is the
     verification loop that ran: "lean" (pacer_hf's) or "transformers" (`_assisted_decoding`);
     `draft_forward` the draft's forward that ran: "lean" (`lean_draft.py`), "model" (its own
     `forward`) or "compiled" (`compile_draft`). `preverifier` says which pre-verifier decided the rounds:

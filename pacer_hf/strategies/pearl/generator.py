@@ -58,6 +58,10 @@ class PearlCandidateGenerator(PacerCandidateGenerator):
                                   do_sample=self.do_sample)
 
     # ----------------------------------------------------------------- caller's thread
+    def share_prompt_kv(self, target, target_cache) -> bool:
+        """Never: the worker owns the draft's cache, and drafts the first round while the target reads the prompt."""
+        return False
+
     @torch.no_grad()
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
         job, self.job = self.job, None
