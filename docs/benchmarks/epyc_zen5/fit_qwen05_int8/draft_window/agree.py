@@ -6,40 +6,25 @@ what it copies from the prompt.
 """
 import json
 import sys
+from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pacer_hf.cheap_draft import apply_cheap_draft
-from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from answers import answers, load, tokens_per_round  # noqa: E402
 
 torch.set_num_threads(2)
-T, D, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
-tok = AutoTokenizer.from_pretrained(T)
-target = AutoModelForCausalLM.from_pretrained(T, dtype=torch.float32).eval()
-draft = apply_cheap_draft(AutoModelForCausalLM.from_pretrained(D, dtype=torch.float32).eval(), D)
+tokenizer, target, draft = load(sys.argv[1], sys.argv[2])
 WINDOWS = [None, 512, 256, 128, 64, 32, 16]
 out = {}
 with torch.no_grad():
-    for cat in CHAT_CATEGORIES:
-        for i, p in enumerate(chat_prompts(tok, cat, "bench", n=N)):
-            ids = torch.tensor([list(p.ids)])
-            ans = target.generate(ids, max_new_tokens=64, do_sample=False)[0, ids.shape[1]:]
-            row = {"prompt_tokens": ids.shape[1], "answer_tokens": len(ans)}
-            for w in WINDOWS:
-                ctx = ids if w is None else ids[:, -w:]
-                seq = torch.cat([ctx, ans[None]], 1)
-                pred = draft(seq).logits[0, ctx.shape[1] - 1 : -1].argmax(-1)
-                agree = (pred == ans).tolist()
-                # greedy rounds of 8 along the answer: accepted tokens per round
-                pos, acc, rounds = 0, 0, 0
-                while pos < len(agree):
-                    k = 0
-                    while k < 8 and pos + k < len(agree) and agree[pos + k]:
-                        k += 1
-                    rounds, acc, pos = rounds + 1, acc + k, pos + k + 1
-                row[str(w)] = {"agree": round(sum(agree) / len(agree), 3),
-                               "tokens_per_round": round(len(agree) / rounds, 2)}
-            out[f"{cat}/{i}"] = row
-            print(cat, i, json.dumps(row), flush=True)
+    for cat, i, ids, ans in answers(tokenizer, target, int(sys.argv[3])):
+        row = {"prompt_tokens": ids.shape[1], "answer_tokens": len(ans)}
+        for w in WINDOWS:
+            ctx = ids if w is None else ids[:, -w:]
+            pred = draft(torch.cat([ctx, ans[None]], 1)).logits[0, ctx.shape[1] - 1 : -1].argmax(-1)
+            agree = (pred == ans).tolist()
+            row[str(w)] = {"agree": round(sum(agree) / len(agree), 3), "tokens_per_round": tokens_per_round(agree)}
+        out[f"{cat}/{i}"] = row
+        print(cat, i, json.dumps(row), flush=True)
 json.dump(out, open(sys.argv[4], "w"), indent=1)

@@ -1,13 +1,16 @@
 """ratios.json from results.json (examples/compare_stop_rules.py --out): per category the fitted and the default
-pre-verifier and the stop-only oracle over the best fixed gamma, the fitted over the default; medians.
+pre-verifier and the stop-only oracle over the best fixed gamma, the fitted over the default; medians. Both files in
+FOLDER (default: this one).
 
     python docs/benchmarks/epyc_zen5/fit_qwen05_int8/oracle/ratios.py
+    python docs/benchmarks/epyc_zen5/fit_qwen05_int8/oracle/ratios.py docs/benchmarks/epyc_zen5/fit_qwen05_int8/shared_prompt/oracle
 """
 import json
 import statistics
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).parent
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
 r = json.loads((HERE / "results.json").read_text())
 fit = "/tmp/s11/q05/fit"  # the fitted pre-verifier's folder, as the run named it
 cats = list(r["ar"])

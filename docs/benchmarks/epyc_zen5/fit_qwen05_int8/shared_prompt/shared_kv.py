@@ -9,44 +9,25 @@ would produce along the answer.
 """
 import json
 import sys
+from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pacer_hf.cheap_draft import apply_cheap_draft
-from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from answers import answers, load, tokens_per_round  # noqa: E402
 
 torch.set_num_threads(2)
-T, D, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
-tok = AutoTokenizer.from_pretrained(T)
-target = AutoModelForCausalLM.from_pretrained(T, dtype=torch.float32).eval()
-draft = apply_cheap_draft(AutoModelForCausalLM.from_pretrained(D, dtype=torch.float32).eval(), D)
-
-
-def rounds(agree, k=8):
-    pos = acc = r = 0
-    while pos < len(agree):
-        j = 0
-        while j < k and pos + j < len(agree) and agree[pos + j]:
-            j += 1
-        r, acc, pos = r + 1, acc + j, pos + j + 1
-    return round(len(agree) / r, 2)
-
-
+tokenizer, target, draft = load(sys.argv[1], sys.argv[2])
 out = {}
 with torch.no_grad():
-    for cat in CHAT_CATEGORIES:
-        for i, p in enumerate(chat_prompts(tok, cat, "bench", n=N)):
-            ids = torch.tensor([list(p.ids)])
-            ans = target.generate(ids, max_new_tokens=64, do_sample=False)[0, ids.shape[1]:]
-            L = ids.shape[1]
-            row = {"prompt_tokens": L, "answer_tokens": len(ans)}
-            for name, model in (("own", draft), ("target", target)):
-                cache = model(ids[:, :-1], use_cache=True).past_key_values
-                seq = torch.cat([ids[:, -1:], ans[None, :-1]], 1)
-                pred = draft(seq, past_key_values=cache).logits[0].argmax(-1)
-                agree = (pred == ans).tolist()
-                row[name] = {"agree": round(sum(agree) / len(agree), 3), "tokens_per_round": rounds(agree)}
-            out[f"{cat}/{i}"] = row
-            print(cat, i, json.dumps(row), flush=True)
+    for cat, i, ids, ans in answers(tokenizer, target, int(sys.argv[3])):
+        row = {"prompt_tokens": ids.shape[1], "answer_tokens": len(ans)}
+        for name, model in (("own", draft), ("target", target)):
+            cache = model(ids[:, :-1], use_cache=True).past_key_values
+            seq = torch.cat([ids[:, -1:], ans[None, :-1]], 1)
+            pred = draft(seq, past_key_values=cache).logits[0].argmax(-1)
+            agree = (pred == ans).tolist()
+            row[name] = {"agree": round(sum(agree) / len(agree), 3), "tokens_per_round": tokens_per_round(agree)}
+        out[f"{cat}/{i}"] = row
+        print(cat, i, json.dumps(row), flush=True)
 json.dump(out, open(sys.argv[4], "w"), indent=1)
