@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from conftest import build_draft, build_model, make_preverifier, plain_greedy
 from helpers import exact_distributions, goodness_of_fit, prompt, sample_counts
 
 import pacer_hf
-from pacer_hf._hf_compat import full_attention_kv
+from pacer_hf._hf_compat import CACHE_KWARG, full_attention_kv, output_cache
 from pacer_hf.cheap_draft import quantize_linears
 from pacer_hf.loops.lean_draft import LeanDraft
 from pacer_hf.loops.shared_prompt import is_copy_of
@@ -100,3 +101,39 @@ def test_sampling_from_a_copy_keeps_the_target_distribution(sampling_pair):
     assert 0 < sum(accepted) < 3 * len(accepted)  # drafts partly accepted: the second token is a speculative one
     assert goodness_of_fit(first, p1) > 1e-3
     assert goodness_of_fit(joint, p12) > 1e-3
+
+
+def test_traces_along_answers_read_a_copys_prompt_from_the_targets_states(tmp_path):
+    """`collect_along_answers(target=...)` traces a copy the way the lean loop serves it: the answer read from the
+    target's keys and values for the prompt but its last token. Another draft, or no target, reads its own."""
+    from pacer_hf.training.collect_answers import collect_along_answers
+    from pacer_hf.training.fit_data import answer_batch
+    from pacer_hf.training.traces import load_traces, read_manifest
+
+    target = build_model("qwen2", vocab_size=96, hidden=32, seed=0).float().eval()
+    draft = _perturbed_copy(target, 0.5)
+    records = []
+    for i in range(3):
+        (answer,) = answer_batch(target, [prompt(9 + i, seed=20 + i)[0].tolist()], 12, 0, set(), False, 4)
+        records.append({"key": f"k{i}", "prompt": prompt(9 + i, seed=20 + i)[0].tolist(), **answer})
+    kwargs = {"max_draft_tokens": 4, "teacher_forced": True, "progress": False}
+    shared = collect_along_answers(draft, records, tmp_path / "shared", target=target, **kwargs)
+    own = collect_along_answers(draft, records, tmp_path / "own", **kwargs)
+    assert read_manifest(shared)["prompt_states"] == "target" and read_manifest(own)["prompt_states"] == "draft"
+    other = build_draft(target, "random", seed=5).float().eval()  # not a copy: reads the prompt itself even given the target
+    assert read_manifest(collect_along_answers(other, records, tmp_path / "other", target=target,
+                                               **kwargs))["prompt_states"] == "draft"
+    first = {r["text_id"]: r for r in load_traces(shared) if r["position"] == len(records[r["text_id"]]["prompt"])}
+    own_first = {r["text_id"]: r for r in load_traces(own) if r["position"] == len(records[r["text_id"]]["prompt"])}
+    differ = 0
+    for i, record in enumerate(records):
+        full, start = record["prompt"] + record["response"], len(record["prompt"])
+        with torch.no_grad():
+            cache = output_cache(target(input_ids=torch.tensor([full[: start - 1]]), use_cache=True))
+            logits = draft(input_ids=torch.tensor([full[start - 1: start + 3]]), **{CACHE_KWARG: cache}).logits[0]
+        expected = pacer_hf.draft_features(logits, logits.argmax(-1))
+        np.testing.assert_allclose(first[i]["draft_features"], expected.numpy(), atol=1e-4, rtol=1e-4)
+        differ += not np.allclose(own_first[i]["draft_features"], expected.numpy(), atol=1e-4, rtol=1e-4)
+    assert differ == len(records), "a perturbed copy's own prompt states must change what it drafts from"
+    with pytest.raises(ValueError, match="teacher_forced=True"):
+        collect_along_answers(draft, records, tmp_path / "rollout", target=target, max_draft_tokens=4, progress=False)

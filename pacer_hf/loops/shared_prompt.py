@@ -13,8 +13,9 @@ from __future__ import annotations
 import weakref
 
 import torch
+from transformers import DynamicCache
 
-from .._hf_compat import full_attention_kv
+from .._hf_compat import full_attention_kv, output_cache
 from .lean_draft import DraftKV
 
 _COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # draft -> WeakKeyDictionary(target -> bool)
@@ -56,3 +57,21 @@ def _same_embeddings(draft: torch.nn.Module, target: torch.nn.Module) -> bool:
     if ours.shape != theirs.shape:
         return False
     return bool(torch.equal(ours, theirs.to(device=ours.device, dtype=ours.dtype)))
+
+
+@torch.no_grad()
+def target_prompt_cache(target: torch.nn.Module, draft: torch.nn.Module, prompt: torch.Tensor):
+    """The target's keys and values over `prompt` (1 x n ids) as a `DynamicCache` in the draft's dtype, for a
+    draft forward to continue from, as the lean loop serves a copy; None where they cannot stand in (the draft is
+    not a copy of the target, or a target layer is not plain full attention)."""
+    if not is_copy_of(draft, target) or prompt.shape[-1] == 0:
+        return None
+    cache = output_cache(target(input_ids=prompt.to(target.device), use_cache=True))
+    layers = full_attention_kv(cache, prompt.shape[-1])
+    if layers is None:
+        return None
+    dtype = draft.get_input_embeddings().weight.dtype
+    shared = DynamicCache()
+    for i, (keys, values) in enumerate(layers):
+        shared.update(keys.to(draft.device, dtype), values.to(draft.device, dtype), i)
+    return shared

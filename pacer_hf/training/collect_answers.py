@@ -16,7 +16,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from .._hf_compat import CACHE_KWARG
 from ..loading import model_name
+from ..loops.shared_prompt import is_copy_of, target_prompt_cache
 from ..modeling_pacer import draft_features, draft_signature, loop_features
 from .collect import _draft_ids, draft_rollout
 from .traces import (
@@ -48,6 +50,7 @@ def collect_along_answers(
     teacher_forced: bool = False,
     temperature: float = 0.0,
     seed: int = 0,
+    target: PreTrainedModel | None = None,
 ) -> Path:
     """Greedy traces along the target's own greedy answers, round by round, with the loop's state (resumable).
 
@@ -69,6 +72,11 @@ def collect_along_answers(
     when scoring it) and `labels_unmasked` is -100 there.
 
     `temperature=1.0` (teacher-forced only): sampling traces along the target's T = 1 answers (`_sampled_rows`).
+
+    `target` (teacher-forced only): the model the draft serves. When the draft is a copy of it (int8, bfloat16:
+    `loops.shared_prompt.is_copy_of`), the draft reads each answer from the target's keys and values for the
+    prompt, as the lean loop serves such a draft, instead of its own over the last `context` prompt tokens; the
+    manifest records which (`prompt_states`).
     """
     records = [r for r in records if r["response"]]
     if not records:
@@ -76,6 +84,10 @@ def collect_along_answers(
     if temperature not in (0.0, 1.0) or (temperature and not teacher_forced):
         raise ValueError(f"temperature={temperature}: sampling traces along answers need temperature=1.0 (the "
                          "answers record the target's T = 1 log-probabilities) and teacher_forced=True.")
+    if target is not None and not teacher_forced:
+        raise ValueError("collect_along_answers(target=...) reads the prompt from the target's states in one forward "
+                         "per answer: pass teacher_forced=True, or leave target=None.")
+    shares = target is not None and is_copy_of(draft, target)
     config = CollectConfig(max_draft_tokens=max_draft_tokens, context=context, batch_size=batch_size,
                            shard_size=records_per_shard, positions_per_text=1, min_prefix=1, temperature=temperature,
                            seed=seed)
@@ -86,6 +98,7 @@ def collect_along_answers(
         "tokens_sha256": _digest([r["prompt"] + r["response"] for r in records]),
         "draft_model": model_name(draft, draft_name), "target_model": target_name or "the answers' target",
         "draft_signature": draft_signature(draft.config), "draft_hidden_size": hidden_size,
+        "prompt_states": "target" if shares else "draft",
     }
     shards = [list(range(i, min(i + records_per_shard, len(records)))) for i in range(0, len(records), records_per_shard)]
     manifest, shard_dir, done = _open_shards(out, run, overwrite, len(shards), label_kind=config.label_kind,
@@ -99,9 +112,11 @@ def collect_along_answers(
             if k in done:
                 continue
             if temperature:
-                rows = _sampled_rows(draft, records, members, features, max_draft_tokens, context, bar, seed)
+                rows = _sampled_rows(draft, records, members, features, max_draft_tokens, context, bar, seed,
+                                     target if shares else None)
             elif teacher_forced:
-                rows = _teacher_forced_rows(draft, records, members, features, max_draft_tokens, context, bar)
+                rows = _teacher_forced_rows(draft, records, members, features, max_draft_tokens, context, bar,
+                                            target if shares else None)
             else:
                 rows = _shard_rows(draft, records, members, features, max_draft_tokens, context, batch_size, bar)
             _save_shard(rows, features, shard_dir, k)
@@ -138,26 +153,29 @@ def _shard_rows(draft: PreTrainedModel, records: list[dict], members: list[int],
     return rows
 
 
-def _answer_forward(draft: PreTrainedModel, record: dict, context: int) -> tuple[list[int], int, int, torch.Tensor,
-                                                                                  torch.Tensor]:
+def _answer_forward(draft: PreTrainedModel, record: dict, context: int, target: PreTrainedModel | None = None
+                    ) -> tuple[list[int], int, int, torch.Tensor, torch.Tensor]:
     """(prompt + response, response start, first position kept, hidden, logits) of one draft forward over the
-    answer and at most `context` prompt tokens before it: row t is the lm_head input predicting full[cut + t + 1]."""
+    answer and at most `context` prompt tokens before it, or over the answer from the target's states for the
+    prompt but its last token when `target` is given: row t is the lm_head input predicting full[cut + t + 1]."""
     full, start = record["prompt"] + record["response"], len(record["prompt"])
-    cut = max(0, start - context)
+    shared = None if target is None else target_prompt_cache(target, draft, torch.tensor([full[: start - 1]]))
+    cut = start - 1 if shared is not None else max(0, start - context)
     ids = _draft_ids(draft, torch.tensor([full[cut:-1]], device=draft.device))  # padding rows past the draft's head
-    hidden = draft.model(input_ids=ids).last_hidden_state[0]
+    reads = {CACHE_KWARG: shared, "use_cache": True} if shared is not None else {}
+    hidden = draft.model(input_ids=ids, **reads).last_hidden_state[0]
     return full, start, cut, hidden, draft.get_output_embeddings()(hidden)
 
 
 @torch.no_grad()
 def _teacher_forced_rows(draft: PreTrainedModel, records: list[dict], members: list[int], features,
-                         max_draft_tokens: int, context: int, bar) -> dict[str, list]:
+                         max_draft_tokens: int, context: int, bar, target=None) -> dict[str, list]:
     """`_shard_rows` from one forward per answer (see `collect_along_answers(teacher_forced=True)`)."""
     rows: dict[str, list] = {name: [] for name in features}
     steps = max_draft_tokens
     for i in members:
         record = records[i]
-        full, start, cut, hidden, logits = _answer_forward(draft, record, context)
+        full, start, cut, hidden, logits = _answer_forward(draft, record, context, target)
         argmax = logits.argmax(-1)
         feats = draft_features(logits, argmax).float().cpu().numpy()
         hidden, argmax = hidden.to(torch.float16).cpu().numpy(), argmax.cpu().numpy()
@@ -177,7 +195,7 @@ def _teacher_forced_rows(draft: PreTrainedModel, records: list[dict], members: l
 
 @torch.no_grad()
 def _sampled_rows(draft: PreTrainedModel, records: list[dict], members: list[int], features, steps: int,
-                  context: int, bar, seed: int) -> dict[str, list]:
+                  context: int, bar, seed: int, target=None) -> dict[str, list]:
     """The T = 1 rows of `collect_along_answers(temperature=1.0)`: at every drafted position the draft samples its
     token from its own distribution given the answer so far and the label is that token's acceptance probability
     min(1, p/q), p read from the answer's recorded top log-probabilities (a token outside them counts as
@@ -188,7 +206,7 @@ def _sampled_rows(draft: PreTrainedModel, records: list[dict], members: list[int
     rows: dict[str, list] = {name: [] for name in features}
     for i in members:
         record = records[i]
-        _, start, cut, hidden, logits = _answer_forward(draft, record, context)
+        _, start, cut, hidden, logits = _answer_forward(draft, record, context, target)
         generator = torch.Generator().manual_seed(seed * 1_000_003 + i)
         answer_logits = logits.float().cpu()[start - 1 - cut:]  # row t predicts response[t]
         q = torch.softmax(answer_logits, -1)

@@ -123,11 +123,13 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
         raise ValueError(f"The budget left {len(train)} training and {len(heldout)} held-out answers; raise budget_s "
                          "or pass more prompts.")
     clock, traces = time.perf_counter(), {}
+    context = max(len(r["prompt"]) for r in answers)  # the whole prompt, as a served draft reads it
     for split, rows in (("train", train), ("heldout", heldout)):
         folder = work.path / f"traces-{mode}-{split}"
         if not (folder / "manifest.json").is_file() or not read_manifest(folder).get("complete"):
             collect_along_answers(draft=draft, records=rows, output_dir=folder, max_draft_tokens=max_draft_tokens,
-                                  teacher_forced=True, temperature=1.0 if mode == "sampling" else 0.0, seed=seed,
+                                  context=context, target=target, teacher_forced=True, seed=seed,
+                                  temperature=1.0 if mode == "sampling" else 0.0,
                                   source=f"{path.name} ({split})", draft_name=names["draft"],
                                   target_name=names["target"], progress=progress)
         traces[split] = folder
