@@ -122,7 +122,10 @@ def test_a_fit_keeps_the_candidate_whose_rule_runs_fastest_on_held_out_rounds(ti
     half of the held-out rounds; the fit keeps the one the simulation runs fastest and its card names all three."""
     target, draft = tiny
     out = tmp_path / "pv"
+    before = {k: v.clone() for k, v in target.state_dict().items()}
     pv = pacer_hf.fit_preverifier(target, draft, tokenizer, prompts=PROMPTS, output_dir=out, speed_check=False, **SMALL)
+    after = target.state_dict()  # the answers' dtype was timed and used on the target itself, then undone exactly
+    assert target.dtype == torch.float32 and all(torch.equal(v, after[k]) for k, v in before.items())
     work = out / "fit-work"
     speeds = pv.config.calibration["candidates_simulated"]
     kept = pv.config.calibration["candidate_kept"]
@@ -297,3 +300,19 @@ def test_cli_fits_both_decodings(folders, tmp_path, capsys):
     for mode in ("greedy", "sampling"):
         assert pacer_hf.load_preverifier(str(out / mode)).config.decoding == mode
         assert (out / mode / "README.md").is_file()
+
+
+def test_a_dtype_tried_for_a_while_leaves_the_model_bit_for_bit_as_it_was(tiny):
+    """bfloat16 for the answers must not round a float32 target's weights (a `.to()` there and back would)."""
+    from pacer_hf.training.fit_data import cast_for_a_while, fastest_dtype
+
+    target, _ = tiny
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    assert not all(torch.equal(v, v.bfloat16().float()) for v in before.values())  # a round trip would change them
+    with cast_for_a_while(target, torch.bfloat16):
+        assert target.dtype == torch.bfloat16
+        assert next(target.parameters()).dtype == torch.bfloat16
+    assert fastest_dtype(target, [[1, 2, 3]] * 2, 0, (torch.float32, torch.bfloat16), new_tokens=2) in (
+        torch.float32, torch.bfloat16)
+    after = target.state_dict()
+    assert target.dtype == torch.float32 and all(torch.equal(v, after[k]) for k, v in before.items())

@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..modeling_pacer import PacerPreVerifier
-from .fit_data import build_prompts, fastest_dtype, generate_answers, read_answers
+from .fit_data import build_prompts, cast_for_a_while, fastest_dtype, generate_answers, read_answers
 from .fit_setup import FitPlan, check_arguments, load_models, open_work, resolve_device
 from .fit_train import step_seconds, train_candidates
 
@@ -104,14 +104,10 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
     if not state.get(f"answers-{mode}"):
         answer_dtype = fastest_dtype(target, [r["prompt"][-128:] for r in records[:plan.batch_size]],
                                      tokenizer.pad_token_id or 0, plan.answer_dtypes)
-        serving = target.dtype
-        target.to(answer_dtype)
-        try:
+        with cast_for_a_while(target, answer_dtype):
             generate_answers(target, tokenizer, records, path, max_new_tokens=max_new_tokens,
                              batch_size=plan.batch_size, budget_s=plan.answers_seconds(),
                              do_sample=mode == "sampling", progress=progress)
-        finally:
-            target.to(serving)
         state[f"answers-{mode}"] = str(answer_dtype).removeprefix("torch.")
         work.save(state)
     plan.dtypes[mode] = state[f"answers-{mode}"]

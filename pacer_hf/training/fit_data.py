@@ -8,6 +8,7 @@ fit keeps every finished batch and a rerun answers only the prompts still missin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -101,9 +102,8 @@ def read_answers(path: Path) -> list[dict]:
 def fastest_dtype(model, prompts: list[list[int]], pad_id: int, candidates: tuple[torch.dtype, ...],
                   new_tokens: int = 8) -> torch.dtype:
     """The dtype of `candidates` in which batched generation over `prompts` (the prompt's forward and `new_tokens`
-    steps, as the answers run) is fastest here; the model is left in its own dtype. On CPUs without bfloat16 units
+    steps, as the answers run) is fastest here; the model is left as it was (`cast_for_a_while`). On CPUs without bfloat16 units
     float32 wins; on a GPU or a CPU with bfloat16 matrix instructions bfloat16 usually does."""
-    own = model.dtype
     ids, mask = left_padded(prompts, pad_id, model.device)
 
     def run():
@@ -111,14 +111,27 @@ def fastest_dtype(model, prompts: list[list[int]], pad_id: int, candidates: tupl
                               min_new_tokens=new_tokens, do_sample=False, pad_token_id=pad_id)
 
     seconds = {}
-    try:
-        for dtype in candidates:
-            model.to(dtype)
+    for dtype in candidates:
+        with cast_for_a_while(model, dtype):
             run()  # warm-up
             seconds[dtype] = timed(run, model.device)[0]
-    finally:
-        model.to(own)
     return min(seconds, key=seconds.get)
+
+
+@contextlib.contextmanager
+def cast_for_a_while(model: torch.nn.Module, dtype: torch.dtype):
+    """`model` in `dtype` inside the block, and its own tensors back afterwards. A `.to()` there and back would
+    round float32 weights through bfloat16: the user's model changed, and the target the fit calibrates and the
+    draft it compares with no longer the ones served."""
+    kept = [(module, name, tensor, tensor.data) for module in model.modules()
+            for name, tensor in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]]
+    model.to(dtype)
+    try:
+        yield model
+    finally:
+        for module, name, tensor, data in kept:
+            tensor.data = data
+            setattr(module, name, tensor)
 
 
 @torch.no_grad()
