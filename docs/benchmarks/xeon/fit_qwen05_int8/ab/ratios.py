@@ -1,6 +1,6 @@
 """ratios.json from results.json (examples/compare_stop_rules.py --out) of the A/B in this folder: per category the
 pre-verifier fitted on traces from the target's prompt states ("new") against the one fitted on the draft's own
-("old") and the default, each and the stop-only oracle over the best fixed gamma; medians over the categories.
+("old") and the default, each over the best fixed gamma (no oracle in this run); medians over the categories.
 
     python docs/benchmarks/xeon/fit_qwen05_int8/ab/ratios.py
 """
@@ -18,7 +18,7 @@ out = {"what": "from results.json: per category, speed ratios; *_vs_best_fixed o
        "new_over_old": {c: round(r[new][c]["vs_ar"] / r[old][c]["vs_ar"], 3) for c in cats},
        "new_over_default": {c: round(r[new][c]["vs_ar"] / r["default"][c]["vs_ar"], 3) for c in cats},
        "old_over_default": {c: round(r[old][c]["vs_ar"] / r["default"][c]["vs_ar"], 3) for c in cats}}
-for name, key in (("new", new), ("old", old), ("default", "default"), ("oracle", "oracle")):
+for name, key in (("new", new), ("old", old), ("default", "default")):
     out[f"{name}_vs_best_fixed"] = {c: round(r[key][c]["vs_ar"] / best[c], 3) for c in cats}
     out[f"{name}_vs_ar"] = {c: round(r[key][c]["vs_ar"], 3) for c in cats}
 for key in list(out)[1:]:
