@@ -64,19 +64,13 @@ def collect_along_answers(
     (`modeling_pacer.loop_features`). Positions past an answer's end are unknown (-100). The manifest
     records `loop_features: true`, so `pacer-hf train` builds a pre-verifier that reads them.
 
-    `teacher_forced=True` reads every round from one draft forward over each answer instead of a rollout per
-    round (about 100x less draft work for a large draft): along the target's greedy path the draft's own tokens
-    up to and including its first miss are exactly its argmax given the answer's tokens, so tokens, hidden
-    states, features and labels agree with the rollout wherever a label is defined; after the first miss the row
-    holds the teacher-forced tokens (masked in the labels, and a causal pre-verifier reads nothing after a token
-    when scoring it) and `labels_unmasked` is -100 there.
+    `teacher_forced=True` reads every round from one draft forward over each answer (about 100x less draft work):
+    along the target's greedy path the draft's tokens up to and including its first miss are its argmax given the
+    answer, so rows agree with the rollout wherever a label is defined; after the first miss they hold the
+    teacher-forced tokens (masked in the labels) and `labels_unmasked` is -100 there.
 
     `temperature=1.0` (teacher-forced only): sampling traces along the target's T = 1 answers (`_sampled_rows`).
-
-    `target` (teacher-forced only): the model the draft serves. When the draft is a copy of it (int8, bfloat16:
-    `loops.shared_prompt.is_copy_of`), the draft reads each answer from the target's keys and values for the
-    prompt, as the lean loop serves such a draft, instead of its own over the last `context` prompt tokens; the
-    manifest records which (`prompt_states`).
+    `target` (teacher-forced): a copy of it (`is_copy_of`) reads answers from the target's prompt states, as served.
     """
     records = [r for r in records if r["response"]]
     if not records:
@@ -84,10 +78,7 @@ def collect_along_answers(
     if temperature not in (0.0, 1.0) or (temperature and not teacher_forced):
         raise ValueError(f"temperature={temperature}: sampling traces along answers need temperature=1.0 (the "
                          "answers record the target's T = 1 log-probabilities) and teacher_forced=True.")
-    if target is not None and not teacher_forced:
-        raise ValueError("collect_along_answers(target=...) reads the prompt from the target's states in one forward "
-                         "per answer: pass teacher_forced=True, or leave target=None.")
-    shares = target is not None and is_copy_of(draft, target)
+    shares = _shares_prompt(draft, target, teacher_forced)
     config = CollectConfig(max_draft_tokens=max_draft_tokens, context=context, batch_size=batch_size,
                            shard_size=records_per_shard, positions_per_text=1, min_prefix=1, temperature=temperature,
                            seed=seed)
@@ -111,12 +102,9 @@ def collect_along_answers(
         for k, members in enumerate(shards):
             if k in done:
                 continue
-            if temperature:
-                rows = _sampled_rows(draft, records, members, features, max_draft_tokens, context, bar, seed,
-                                     target if shares else None)
-            elif teacher_forced:
-                rows = _teacher_forced_rows(draft, records, members, features, max_draft_tokens, context, bar,
-                                            target if shares else None)
+            if temperature or teacher_forced:
+                rows = (_sampled_rows if temperature else _teacher_forced_rows)(
+                    draft, records, members, features, max_draft_tokens, context, bar, seed, target if shares else None)
             else:
                 rows = _shard_rows(draft, records, members, features, max_draft_tokens, context, batch_size, bar)
             _save_shard(rows, features, shard_dir, k)
@@ -125,6 +113,13 @@ def collect_along_answers(
         bar.close()
     _finish(out, manifest)
     return out
+
+
+def _shares_prompt(draft: PreTrainedModel, target: PreTrainedModel | None, teacher_forced: bool) -> bool:
+    if target is not None and not teacher_forced:
+        raise ValueError("collect_along_answers(target=...) reads the prompt from the target's states in one forward "
+                         "per answer: pass teacher_forced=True, or leave target=None.")
+    return target is not None and is_copy_of(draft, target)
 
 
 def _shard_rows(draft: PreTrainedModel, records: list[dict], members: list[int], features, max_draft_tokens: int,
@@ -169,7 +164,7 @@ def _answer_forward(draft: PreTrainedModel, record: dict, context: int, target: 
 
 @torch.no_grad()
 def _teacher_forced_rows(draft: PreTrainedModel, records: list[dict], members: list[int], features,
-                         max_draft_tokens: int, context: int, bar, target=None) -> dict[str, list]:
+                         max_draft_tokens: int, context: int, bar, seed: int = 0, target=None) -> dict[str, list]:
     """`_shard_rows` from one forward per answer (see `collect_along_answers(teacher_forced=True)`)."""
     rows: dict[str, list] = {name: [] for name in features}
     steps = max_draft_tokens
