@@ -114,8 +114,9 @@ def test_traces_along_answers_read_a_copys_prompt_from_the_targets_states(tmp_pa
     draft = _perturbed_copy(target, 0.5)
     records = []
     for i in range(3):
-        (answer,) = answer_batch(target, [prompt(9 + i, seed=20 + i)[0].tolist()], 12, 0, set(), False, 4)
-        records.append({"key": f"k{i}", "prompt": prompt(9 + i, seed=20 + i)[0].tolist(), **answer})
+        ids = prompt(9 + i, seed=20 + i)[0].tolist()
+        (answer,) = answer_batch(target, [ids], 12, 0, set(), False, 4)
+        records.append({"key": f"k{i}", "prompt": ids, **answer})
     kwargs = {"max_draft_tokens": 4, "teacher_forced": True, "progress": False}
     shared = collect_along_answers(draft, records, tmp_path / "shared", target=target, **kwargs)
     own = collect_along_answers(draft, records, tmp_path / "own", **kwargs)

@@ -54,15 +54,14 @@ def collect_along_answers(
 ) -> Path:
     """Greedy traces along the target's own greedy answers, round by round, with the loop's state (resumable).
 
-    `records`: the target's answers as `pacer-hf build-draft` / `build-demo-pair` write them (`prompt`,
-    `response` token ids, `top_logp`: the target's sorted top log-probabilities at every answer step). Each
-    answer is decoded the way fixed-length speculative decoding would run it: a round at position p drafts
-    `max_draft_tokens` tokens, accepts the leading ones that equal the answer's (on the target's greedy path
-    that is exactly greedy verification, so no target forward is needed), and the next round starts after the
-    target's own token. Every round is one row with `loop_features`: the previous round's accepted count and
-    whether that was all `max_draft_tokens`, and the target's probability of the token before p
-    (`modeling_pacer.loop_features`). Positions past an answer's end are unknown (-100). The manifest
-    records `loop_features: true`, so `pacer-hf train` builds a pre-verifier that reads them.
+    `records`: the target's answers as `pacer-hf build-draft` / `build-demo-pair` write them (`prompt`, `response` token
+    ids, `top_logp`: the target's sorted top log-probabilities at every answer step). Each answer is decoded the way
+    fixed-length speculative decoding would run it: a round at position p drafts `max_draft_tokens` tokens, accepts the
+    leading ones that equal the answer's (on the target's greedy path that is exactly greedy verification, so no target
+    forward is needed), and the next round starts after the target's own token. Every round is one row with
+    `loop_features`: the previous round's accepted count and whether that was all `max_draft_tokens`, and the target's
+    probability of the token before p (`modeling_pacer.loop_features`). Positions past an answer's end are unknown
+    (-100). The manifest records `loop_features: true`, so `pacer-hf train` builds a pre-verifier that reads them.
 
     `teacher_forced=True` reads every round from one draft forward over each answer (about 100x less draft work):
     along the target's greedy path the draft's tokens up to and including its first miss are its argmax given the
@@ -78,7 +77,7 @@ def collect_along_answers(
     if temperature not in (0.0, 1.0) or (temperature and not teacher_forced):
         raise ValueError(f"temperature={temperature}: sampling traces along answers need temperature=1.0 (the "
                          "answers record the target's T = 1 log-probabilities) and teacher_forced=True.")
-    shares = _shares_prompt(draft, target, teacher_forced)
+    reader = _prompt_reader(draft, target, teacher_forced)
     config = CollectConfig(max_draft_tokens=max_draft_tokens, context=context, batch_size=batch_size,
                            shard_size=records_per_shard, positions_per_text=1, min_prefix=1, temperature=temperature,
                            seed=seed)
@@ -89,7 +88,7 @@ def collect_along_answers(
         "tokens_sha256": _digest([r["prompt"] + r["response"] for r in records]),
         "draft_model": model_name(draft, draft_name), "target_model": target_name or "the answers' target",
         "draft_signature": draft_signature(draft.config), "draft_hidden_size": hidden_size,
-        "prompt_states": "target" if shares else "draft",
+        "prompt_states": "draft" if reader is None else "target",
     }
     shards = [list(range(i, min(i + records_per_shard, len(records)))) for i in range(0, len(records), records_per_shard)]
     manifest, shard_dir, done = _open_shards(out, run, overwrite, len(shards), label_kind=config.label_kind,
@@ -102,9 +101,10 @@ def collect_along_answers(
         for k, members in enumerate(shards):
             if k in done:
                 continue
-            if temperature or teacher_forced:
-                rows = (_sampled_rows if temperature else _teacher_forced_rows)(
-                    draft, records, members, features, max_draft_tokens, context, bar, seed, target if shares else None)
+            if temperature:
+                rows = _sampled_rows(draft, records, members, features, max_draft_tokens, context, bar, seed, reader)
+            elif teacher_forced:
+                rows = _teacher_forced_rows(draft, records, members, features, max_draft_tokens, context, bar, reader)
             else:
                 rows = _shard_rows(draft, records, members, features, max_draft_tokens, context, batch_size, bar)
             _save_shard(rows, features, shard_dir, k)
@@ -115,11 +115,13 @@ def collect_along_answers(
     return out
 
 
-def _shares_prompt(draft: PreTrainedModel, target: PreTrainedModel | None, teacher_forced: bool) -> bool:
+def _prompt_reader(draft: PreTrainedModel, target: PreTrainedModel | None, teacher_forced: bool
+                   ) -> PreTrainedModel | None:
+    """The model whose prompt states the draft reads answers from: the target for a copy of it, else None (its own)."""
     if target is not None and not teacher_forced:
         raise ValueError("collect_along_answers(target=...) reads the prompt from the target's states in one forward "
                          "per answer: pass teacher_forced=True, or leave target=None.")
-    return target is not None and is_copy_of(draft, target)
+    return target if target is not None and is_copy_of(draft, target) else None
 
 
 def _shard_rows(draft: PreTrainedModel, records: list[dict], members: list[int], features, max_draft_tokens: int,
@@ -164,7 +166,7 @@ def _answer_forward(draft: PreTrainedModel, record: dict, context: int, target: 
 
 @torch.no_grad()
 def _teacher_forced_rows(draft: PreTrainedModel, records: list[dict], members: list[int], features,
-                         max_draft_tokens: int, context: int, bar, seed: int = 0, target=None) -> dict[str, list]:
+                         max_draft_tokens: int, context: int, bar, target=None) -> dict[str, list]:
     """`_shard_rows` from one forward per answer (see `collect_along_answers(teacher_forced=True)`)."""
     rows: dict[str, list] = {name: [] for name in features}
     steps = max_draft_tokens

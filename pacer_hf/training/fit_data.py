@@ -102,8 +102,8 @@ def read_answers(path: Path) -> list[dict]:
 def fastest_dtype(model, prompts: list[list[int]], pad_id: int, candidates: tuple[torch.dtype, ...],
                   new_tokens: int = 8) -> torch.dtype:
     """The dtype of `candidates` in which batched generation over `prompts` (the prompt's forward and `new_tokens`
-    steps, as the answers run) is fastest here; the model is left as it was (`cast_for_a_while`). On CPUs without bfloat16 units
-    float32 wins; on a GPU or a CPU with bfloat16 matrix instructions bfloat16 usually does."""
+    steps, as the answers run) is fastest here; the model is left as it was (`cast_for_a_while`). On CPUs without
+    bfloat16 units float32 wins; on a GPU or a CPU with bfloat16 matrix instructions bfloat16 usually does."""
     ids, mask = left_padded(prompts, pad_id, model.device)
 
     def run():
