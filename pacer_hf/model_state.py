@@ -15,7 +15,7 @@ Kept across `enable`/`disable`:
     preverifier_sampling  the sampling pre-verifier `attach` hung on a draft
     lookup_gate           the lookup gate `attach` hung on a target
     lookup_calibration    lookup gates' online recalibration to this target's acceptances (a WeakKeyDictionary:
-                          gate -> {False: greedy, True: sampling} -> OnlineCalibration; candidates/calibration.py)
+                          gate -> {False: greedy, True: sampling} -> OnlineCalibration; loops/online_calibration.py)
     decode_step           the draft's compiled decode step (`compile_draft`)
     phrase_pools          Ouroboros' phrase pools on a target, one per draft (a WeakKeyDictionary)
     recent_acceptance     the stop rule's recent acceptance on a target, per draft and decoding mode (a

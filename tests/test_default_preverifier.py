@@ -143,3 +143,54 @@ def test_default_keeps_the_sampling_distribution(sampling_pair):
     assert 0 < sum(accepted) < 2 * len(accepted), "drafts must be partly accepted for the test to mean much"
     assert goodness_of_fit(first, p1) > 1e-3
     assert goodness_of_fit(joint, p12) > 1e-3
+
+
+def test_the_rule_decides_on_the_online_map_of_the_logits():
+    """Both scoring paths keep the pre-verifier's own logits (what the calibration learns from) and decide on
+    a * z + b; a fresh map is the identity."""
+    from pacer_hf.loops.block_scorer import BlockScorer
+    from pacer_hf.loops.recent_acceptance import RecentAcceptance
+    from pacer_hf.loops.stop_rule import PacerStopRule
+    from pacer_hf.stats import PacerStats
+
+    pv = default_preverifier(False)
+    hidden, logits = torch.randn(6, 1, 1), torch.randn(6, 1, 96) * 3
+    raws = {}
+    for path in ("compiled", "torch"):
+        memory = RecentAcceptance()
+        calibration = memory.calibration_for(pv)
+        assert (calibration.scale, calibration.shift) == (1.0, 0.0) and memory.calibration_for(pv) is calibration
+        calibration.scale, calibration.shift = 0.5, 2.0
+        rule = PacerStopRule(pv, PacerStats(strategy="t"), recent=memory)
+        if path == "torch":
+            rule.scorer, rule.blocks = None, BlockScorer(pv)
+        rule.start_round()
+        for i in range(6):
+            rule.add_token(hidden[i], logits[i], logits[i].argmax(-1, keepdim=True))
+        raws[path] = torch.tensor(rule.raw_logits)
+        assert rule.token_logits == pytest.approx([0.5 * z + 2.0 for z in rule.raw_logits])
+        if path == "compiled":
+            assert rule.scorer.logits[:6].tolist() == pytest.approx(rule.token_logits)
+    torch.testing.assert_close(raws["compiled"], raws["torch"], atol=1e-4, rtol=1e-4)
+    fitted = make_preverifier(build_draft(build_model("llama"), "noisy"))
+    assert RecentAcceptance().calibration_for(fitted) is None, "a pre-verifier trained for its pair keeps its logits"
+
+
+def test_the_default_learns_a_pairs_acceptance_across_calls():
+    """On a pair the default under-rates (a copy of the target: every drafted token accepted), the map moves the
+    probabilities up from the verified rounds, kept between calls, and the output stays the target's own."""
+    from pacer_hf.loops.recent_acceptance import recent_acceptance_for
+
+    target = build_model("llama", seed=5).double()
+    draft = build_draft(target, "copy")
+    pacer_hf.enable(target)
+    pv = default_preverifier(False)
+    cheap = [1.0 + 0.05 * k for k in range(pv.config.max_draft_tokens + 1)]  # drafting nearly free: long rounds pay
+    for seed in range(4):
+        ids = prompt(10, seed=seed)
+        out = target.generate(ids, max_new_tokens=40, do_sample=False, assistant_model=draft, pacer=True,
+                              pacer_costs=cheap)
+        assert torch.equal(out, plain_greedy(target, ids, max_new_tokens=40))
+    calibration = recent_acceptance_for(target, draft, False).calibrations[pv]
+    assert calibration.labels >= 64 and calibration.shift > 0.5
+    assert pacer_hf.last_stats(target).alpha == 1.0

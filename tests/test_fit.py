@@ -166,6 +166,7 @@ def test_the_default_starts_a_fit_for_longer_rounds_and_for_its_draft_only(tiny)
     assert start.config.max_draft_tokens == len(rows) == len(old) + 8
     assert torch.equal(rows[: len(old)], old) and torch.equal(rows[len(old):], old[-1].expand(8, -1))
     assert default.config.draft_signature is None and default.config.max_draft_tokens == len(old)  # a copy
+    assert default.config.online_calibration and not start.config.online_calibration, "the fit calibrates on the pair"
     start.check_draft(draft)  # features only: any hidden size, but the pair's draft
     other = build_model("llama", vocab_size=draft.config.vocab_size, hidden=48, layers=3)
     with pytest.raises(ValueError, match="trained for draft tiny-draft"):

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pacer_hf
-from pacer_hf.candidates.calibration import OnlineCalibration
 from pacer_hf.costs.step_costs import EXPLORE_SLOPE
+from pacer_hf.loops.online_calibration import OnlineCalibration
 from pacer_hf.modeling_lookup_gate import find_lookup
 from pacer_hf.vllm import GATE_ENV, STATS_ENV, PacerLookupProposer, StepCosts, allocate, check_environment
 from pacer_hf.vllm.bench import markdown, speculative_config, summarize
@@ -340,7 +340,7 @@ def test_compiled_gate_equals_the_reference(text, room, max_ngram, prompt_length
 @given(st.lists(st.lists(st.floats(-6.0, 6.0), min_size=0, max_size=4), min_size=1, max_size=4),
        st.floats(0.0, 0.02), st.floats(0.3, 2.0), st.floats(-2.0, 2.0))
 def test_compiled_choice_equals_allocate(raw, slope, scale, shift):
-    from pacer_hf.candidates.calibration import OnlineCalibration
+    from pacer_hf.loops.online_calibration import OnlineCalibration
     from pacer_hf.vllm.kernels import CompiledGate
 
     compiled = CompiledGate(pacer_hf.default_lookup_gate().scorer(), len(raw), 4)

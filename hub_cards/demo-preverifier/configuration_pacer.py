@@ -52,6 +52,9 @@ class PacerConfig(PretrainedConfig):
         decoding (`str`): what its training rounds were drafted and labelled for: `"greedy"` (greedy drafts, hard
             labels) or `"sampling"` (sampled drafts, soft labels min(1, p/q)); None when not recorded. A pre-verifier
             is calibrated for one of them: `pacer_hf.attach` keeps one of each, and generate picks by `do_sample`.
+        online_calibration (`bool`): refit a logistic map of the acceptance logits, p = sigmoid(a * z + b), to the
+            rounds the target verifies, kept per pair and decoding mode between calls: for a pre-verifier trained
+            on other pairs (the default one), whose probabilities are another pair's acceptance.
     """
 
     model_type = "pacer_preverifier"
@@ -78,6 +81,7 @@ class PacerConfig(PretrainedConfig):
         initializer_range: float = 0.02,
         loop_features: bool = False,
         decoding: str | None = None,
+        online_calibration: bool = False,
         **kwargs,
     ):
         if decision_rule not in DECISION_RULES:
@@ -117,6 +121,7 @@ class PacerConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.loop_features = bool(loop_features)
         self.decoding = decoding
+        self.online_calibration = bool(online_calibration)
         super().__init__(**kwargs)
 
 

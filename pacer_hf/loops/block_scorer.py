@@ -14,6 +14,7 @@ compiled CPU scorer (`preverifier_kernel`) cannot run: a draft on an accelerator
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -193,3 +194,13 @@ class GraphBlockScorer:
         torch.cuda.current_stream().wait_stream(side)
         self.graphs[(self.bucket, vocab, block)] = graph
         return graph
+
+
+def scorer_for(preverifier: PacerPreVerifier, draft_device: torch.device | None) -> BlockScorer | GraphBlockScorer:
+    """The torch scoring path for blocks drafted on `draft_device`: CUDA graphs where draft and pre-verifier share a
+    CUDA device (unless the environment sets PACER_HF_CUDA_GRAPHS=0, for debugging), else the eager forward."""
+    device = torch.device(draft_device) if draft_device is not None else preverifier.device
+    graphs = os.environ.get("PACER_HF_CUDA_GRAPHS", "1") != "0"
+    if graphs and device.type == "cuda" and preverifier.device == device:
+        return GraphBlockScorer.for_preverifier(preverifier)
+    return BlockScorer(preverifier)

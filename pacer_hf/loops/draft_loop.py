@@ -53,6 +53,7 @@ class PacerCandidateGenerator(CandidateGenerator):
         self.forward, self.cache = choose_draft_forward(draft, draft_forward, self.max_length, stats)
         self.record = RoundRecord(stats, stop, stop.costs if stop is not None else None)
         self.synced = 0  # leading positions of `ids` found equal to a verified sequence (they stay so)
+        self.proposal = 0  # drafted tokens the last `get_candidates` proposed
         self.target_cache = None  # set by `share_prompt_kv` until the draft has taken the prompt's states
 
     def share_prompt_kv(self, target, target_cache) -> bool:
@@ -75,6 +76,7 @@ class PacerCandidateGenerator(CandidateGenerator):
         unread, left = cur_len - self.synced, self.max_length - cur_len
         drafts = budget > 0 and (self.stop is None or self.stop.drafts_this_round(unread, left))
         n, processed = self._draft(input_ids, budget, kept=self.synced) if drafts else (0, [])
+        self.proposal = n
         # untimed: the first round (it also reads the prompt) and a trimmed one (it drafted more than it proposes)
         self.record.proposed(n, start if self.record.rounds > 0 and len(processed) == n else None, len(processed))
         if n == 0:
@@ -167,6 +169,9 @@ class PacerCandidateGenerator(CandidateGenerator):
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches) -> None:
         """No schedule to update (the draft length is decided while drafting); record the outcome and, for a
         stop rule deciding by cost, what the round cost."""
+        if self.stop is not None:
+            self.stop.observe(self.proposal, int(num_matches))
+        self.proposal = 0
         self.record.verified(int(num_matches), scores)
 
 

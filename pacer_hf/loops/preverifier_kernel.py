@@ -227,8 +227,10 @@ class CompiledRoundScorer:
         self.values = np.zeros_like(self.keys)
         self.start()
 
-    def start(self, loop: list[float] | None = None) -> None:
-        """A new round; `loop`: its `loop_features(...)` (ignored unless the pre-verifier reads them)."""
+    def start(self, loop: list[float] | None = None, logit_map: tuple[float, float] = (1.0, 0.0)) -> None:
+        """A new round; `loop`: its `loop_features(...)` (ignored unless the pre-verifier reads them); `logit_map`:
+        (a, b) such that the rule decides on a * logit + b (an online calibration, `PacerStopRule`)."""
+        self.scale_logits, self.shift_logits = logit_map
         self.rows = self.position
         if self.loop_proj is not None:  # numba, not numpy: a BLAS call between two target forwards costs ≈ 70 µs
             state = np.array(loop if loop is not None else [0.0, 0.0, 0.0], dtype=np.float32)
@@ -236,7 +238,8 @@ class CompiledRoundScorer:
         self.length = 0
 
     def add(self, hidden: torch.Tensor, logits: torch.Tensor, token: int) -> float:
-        """The acceptance logit of the round's next drafted token (`hidden (draft_hidden,)`, `logits (vocab,)`)."""
+        """The acceptance logit of the round's next drafted token (`hidden (draft_hidden,)`, `logits (vocab,)`), as
+        the pre-verifier gives it (the rule reads it mapped by `start`'s `logit_map`)."""
         n = self.length
         if n >= self.max_tokens:
             raise ValueError(f"{n + 1} drafted tokens exceed max_draft_tokens={self.max_tokens}.")
@@ -245,11 +248,12 @@ class CompiledRoundScorer:
         if self.mantissas.shape[0] != logits.shape[0]:  # scratch for the features' pass over the vocabulary
             self.mantissas = np.empty(logits.shape[0], dtype=np.float32)
             self.exponents = np.empty(logits.shape[0], dtype=np.int32)
-        self.logits[n] = _score(
+        raw = _score(
             logits, self.mantissas, self.exponents, token, _array(hidden), self.rows[n], *self.hidden_proj,
             *self.feature_proj, *self.qkv, *self.out, *self.mlp_in, *self.mlp_out, *self.head, self.eps, self.keys,
             self.values, n, self.scale, self.features)
-        return float(self.logits[n])
+        self.logits[n] = self.scale_logits * raw + self.shift_logits
+        return float(raw)
 
     def continues(self, round_seconds: np.ndarray, block_size: int, trim_per_token: float = -1.0) -> bool:
         """The expected-gain rule on the round scored so far, under measured round costs (seconds for

@@ -1,17 +1,19 @@
 """What the stop rule keeps of a pair between calls: its per-token acceptance, recent and long-run, the plain rounds
-since it last drafted and how fast the draft reads tokens it skipped (`RecentAcceptance`), and the constants of the
-decision to draft at all (`PacerStopRule.drafts_this_round`, docs/ALGORITHM.md "Rounds that draft nothing")."""
+since it last drafted, how fast the draft reads tokens it skipped and the pre-verifiers' online calibration to the
+pair (`RecentAcceptance`), and the constants of the decision to draft at all (`PacerStopRule.drafts_this_round`,
+docs/ALGORITHM.md "Rounds that draft nothing")."""
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from transformers import PreTrainedModel
 
 from ..model_state import ModelState
+from .online_calibration import OnlineCalibration
 
 PROBE_EVERY = 8  # a draft that is not expected to pay is still tried after this many plain rounds
 MAX_PROBE_EVERY = 64  # ... doubled after each probe that did not bring drafting back, up to this many
@@ -34,7 +36,8 @@ class RecentAcceptance:
     while one request the draft could not follow does not turn the next call plain; within a call its own rounds
     take over.
     `skipped`: plain rounds since the last drafting round; `probe_every`: plain rounds before the next probe round;
-    `read_seconds`: what the draft took per token to read the tokens it had not seen (its pass over the prompt)."""
+    `read_seconds`: what the draft took per token to read the tokens it had not seen (its pass over the prompt);
+    `calibrations`: pre-verifier -> its `OnlineCalibration` to this pair (`config.online_calibration`)."""
 
     accepted: float = 0.0  # every judged token, the rounds' first ones included
     tried: float = 0.0
@@ -47,6 +50,7 @@ class RecentAcceptance:
     skipped: int = 0
     probe_every: int = PROBE_EVERY
     read_seconds: float = 0.0
+    calibrations: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
     first_share = property(lambda self: _share(self.first_accepted, self.first_tried))
     next_share = property(lambda self: _share(self.accepted - self.first_accepted, self.tried - self.first_tried))
@@ -103,6 +107,12 @@ class RecentAcceptance:
         else:
             self.tried = self.accepted = self.first_tried = self.first_accepted = 0.0
             self.skipped, self.probe_every = 0, PROBE_EVERY
+
+    def calibration_for(self, preverifier) -> OnlineCalibration | None:
+        """The map of `preverifier`'s acceptance logits to this pair's acceptances, when its config asks for one."""
+        if not getattr(preverifier.config, "online_calibration", False):
+            return None
+        return self.calibrations.setdefault(preverifier, OnlineCalibration())
 
     def read(self, tokens: int, seconds: float) -> None:
         """The draft read `tokens` tokens it had not seen in `seconds` (its first forward of a round)."""

@@ -3,21 +3,18 @@
 Every loop that drafts with a pre-verifier runs it through here: the single-row drafting loop (`draft_loop.py`, which
 PEARL, Ouroboros and prompt lookup with a draft reuse) through `PacerStopRule`, the batched loop through
 `BatchStopRule`; single-row generators record their rounds with `RoundRecord`. The scoring path is chosen once per
-call from where the draft's tensors live:
-- CPU: the compiled numba scorer, token by token (`preverifier_kernel.py`);
-- CUDA, with the pre-verifier on the device: the block's features and layer replayed as one CUDA graph
-  (`block_scorer.GraphBlockScorer`), read back once per block;
-- anywhere else: the torch forward, block by block (`block_scorer.BlockScorer`).
+call from where the draft's tensors live: on CPU the compiled numba scorer, token by token (`preverifier_kernel.py`);
+on CUDA with the pre-verifier there, the block's features and layer replayed as one CUDA graph
+(`block_scorer.GraphBlockScorer`); elsewhere the torch forward, block by block (`block_scorer.BlockScorer`).
 The decision is `PacerPreVerifier.decide` on the host, given the costs this module is told to use: the round costs
 measured where the call runs (`RoundCosts`, probe plus online refit), a batch's own clock (`BatchClock`), or, said
-explicitly, the pre-verifier's stored calibration. Whether a round drafts at all reads what the rule keeps of the pair
-between calls (`recent_acceptance.py`).
+explicitly, the pre-verifier's stored calibration. Whether a round drafts at all, and the online calibration of a
+pre-verifier trained on other pairs, read what the rule keeps of the pair between calls (`recent_acceptance.py`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from collections.abc import Callable
 
@@ -45,7 +42,7 @@ from ..modeling_pacer import (
     rows_continue,
 )
 from ..stats import PacerStats
-from .block_scorer import BlockScorer, GraphBlockScorer
+from .block_scorer import BlockScorer, scorer_for
 from .draft_forwards import draft_step_timer
 from .recent_acceptance import (
     MAX_PROBE_EVERY,
@@ -64,16 +61,6 @@ def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, 
     zero whatever the confidence, so a plain round skips the softmax over the vocabulary."""
     confidence = float(torch.softmax(target_scores.float(), dim=-1).max()) if drafted > 0 else 0.0
     return loop_features(accepted, drafted, confidence, preverifier.config.max_draft_tokens)
-
-
-def block_scorer(preverifier: PacerPreVerifier, draft_device: torch.device | None) -> BlockScorer | GraphBlockScorer:
-    """The torch scoring path for blocks drafted on `draft_device`: CUDA graphs where draft and pre-verifier share a
-    CUDA device (unless the environment sets PACER_HF_CUDA_GRAPHS=0, for debugging), else the eager forward."""
-    device = torch.device(draft_device) if draft_device is not None else preverifier.device
-    graphs = os.environ.get("PACER_HF_CUDA_GRAPHS", "1") != "0"
-    if graphs and device.type == "cuda" and preverifier.device == device:
-        return GraphBlockScorer.for_preverifier(preverifier)
-    return BlockScorer(preverifier)
 
 
 class PacerStopRule:
@@ -96,7 +83,7 @@ class PacerStopRule:
             self.scorer = round_scorer(preverifier)
         else:
             self.scorer = None
-        self.blocks = block_scorer(self.preverifier, draft_device)  # where `scorer` is None
+        self.blocks = scorer_for(self.preverifier, draft_device)  # where `scorer` is None
         self.token_logits: list[float] = []  # acceptance logits of every token drafted this round
         self.round_costs: dict | None = None  # `costs_now()` as the round started
         config = preverifier.config
@@ -111,6 +98,8 @@ class PacerStopRule:
         self.loop = loop_features(0, 0, 0.0, preverifier.config.max_draft_tokens)  # before the first round
         self.recent = recent if recent is not None else RecentAcceptance()  # shared with the pair's other calls
         self.recent.start_call()
+        self.calibration = self.recent.calibration_for(preverifier)  # None: the logits decide as they are
+        self.raw_logits: list[float] = []  # this round's logits before `calibration`
         self.judged = 0  # drafted tokens judged in this call
         self.rounds_verified = 0
 
@@ -136,6 +125,12 @@ class PacerStopRule:
                 self.judged += self.recent.add_predicted(self.unjudged)
         self.unjudged = None
 
+    def observe(self, proposed: int, accepted: int) -> None:
+        """The verdict on this round's first `proposed` drafted tokens, for the online calibration (single-row
+        loops that verify the round they drafted: not PEARL, whose next round is drafted before the verdict)."""
+        if self.calibration is not None and proposed > 0:
+            self.calibration.update(np.asarray(self.raw_logits[:proposed], dtype=np.float64), accepted)
+
     def drafts_this_round(self, unread: int = 1, left: int | None = None) -> bool:
         """Whether this round drafts at all. The pre-verifier decides once tokens are drafted, so a draft that cannot
         pay would still cost one draft step and a wider verify every round; before drafting, the expected-gain rule
@@ -146,11 +141,10 @@ class PacerStopRule:
         evidence, and the opening one is none about the call: `end_round`), unless the pair is `known` not to pay:
         such a pair starts plain.
         A probe round drafts anyway, so the estimate follows the text: after `PROBE_EVERY` plain rounds; for a pair
-        known not to pay, after `probe_every` plain rounds (doubled by each probe that leaves drafting unpaid, up to
-        `MAX_PROBE_EVERY`) and only once the draft's catch-up over the `unread` tokens it skipped costs at most
-        `PROBE_SHARE` of those plain rounds' time, and of the plain steps the call has `left` (so no one call pays
-        more than that share for the pair's probes). A known pair's rounds must also win back that catch-up within
-        the `left` tokens the call may still generate (`_read_pays`)."""
+        known not to pay, after `probe_every` plain rounds (doubled by each unpaid probe, up to `MAX_PROBE_EVERY`)
+        once the draft's catch-up over the `unread` tokens it skipped costs at most `PROBE_SHARE` of those plain
+        rounds' time and of the plain steps the call has `left`. A known pair's rounds must also win back that
+        catch-up within the `left` tokens the call may still generate (`_read_pays`)."""
         recent = self.recent
         if self.costs is None or self.preverifier.config.decision_rule != "expected_gain":
             return True
@@ -187,13 +181,15 @@ class PacerStopRule:
         self.recent.read(tokens, seconds)
 
     def start_round(self) -> None:
-        self.token_logits, self.trim = [], 0
+        self.token_logits, self.raw_logits, self.trim = [], [], 0
+        calibration = self.calibration
+        self.logit_map = (calibration.scale, calibration.shift) if calibration is not None else (1.0, 0.0)
         self.round_costs = self.costs_now()  # the costs change only when a round's verdict is observed
         if self.compiled_rule and self.round_costs is not None:  # every length the rule may price, extended as ever
             lengths = np.arange(self.preverifier.config.max_draft_tokens + 1)
             self.seconds_by_length = extrapolate(self.round_costs["round_cost"], lengths)
         if self.scorer is not None:
-            self.scorer.start(self.loop)
+            self.scorer.start(self.loop, self.logit_map)
         else:
             self.blocks.start([self.loop])
 
@@ -210,14 +206,17 @@ class PacerStopRule:
         The compiled scorer scores each token as it comes; the torch paths score each block when it is full. Either
         way the decision is taken at block boundaries, on the host, from the block's logits read back once."""
         start = time.perf_counter()
+        scale, shift = self.logit_map
         if self.scorer is not None:
-            self.token_logits.append(self.scorer.add(hidden[0], logits[0], int(token[0, 0])))
+            self.raw_logits.append(self.scorer.add(hidden[0], logits[0], int(token[0, 0])))
+            self.token_logits.append(scale * self.raw_logits[-1] + shift)
             done = len(self.token_logits) % self.block_size == 0
         else:
             scored = self.blocks.add(hidden, logits, token[:, 0])
             done = scored is not None
             if done:
-                self.token_logits = scored[0]
+                self.raw_logits = list(scored[0])
+                self.token_logits = [scale * z + shift for z in self.raw_logits]
         stop = False
         if done and self.compiled_rule and self.round_costs is not None:
             per_token = self.round_costs["draft_cost"] if self.trims else -1.0
@@ -276,7 +275,7 @@ class BatchStopRule:
                  draft_device: torch.device | None = None):
         self.preverifier, self.stats, self.mode, self.clock = preverifier.eval(), stats, mode, clock
         self.block_size = preverifier.config.block_size
-        self.blocks = block_scorer(self.preverifier, draft_device)
+        self.blocks = scorer_for(self.preverifier, draft_device)
 
     def start(self, loops: list[list[float]]) -> None:
         """A new round; `loops`: each row's `loop_features(...)` (read when `config.loop_features`)."""

@@ -82,7 +82,7 @@ def build_config(decoding: str, calibration: dict, **overrides):
                        max_draft_tokens=MAX_DRAFT_TOKENS, block_size=1, decision_rule="expected_gain",
                        input_mode="features", loop_features=True, draft_signature=None, decoding=decoding,
                        draft_model="any draft (pacer_hf's default pre-verifier)", target_model="any target",
-                       calibration=calibration, **overrides)
+                       calibration=calibration, online_calibration=True, **overrides)
 
 
 def prior_costs(threads: int, repeats: int = 15) -> dict:

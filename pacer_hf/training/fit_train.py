@@ -112,6 +112,7 @@ def fine_tune_start(start: PacerPreVerifier, manifest: dict, max_draft_tokens: i
         config.max_draft_tokens = steps
     config.draft_model, config.target_model = manifest["draft_model"], manifest["target_model"]
     config.draft_signature = manifest["draft_signature"]
+    config.online_calibration = False  # calibrated on this pair's rounds (`fit_calibrate`)
     if manifest.get("label_kind"):
         config.decoding = manifest["label_kind"]
     return model

@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from ..candidates.calibration import MAX_LOGIT as MAX_CALIBRATED_LOGIT
 from ..configuration_lookup_gate import NUM_LOOKUP_FEATURES
+from ..loops.online_calibration import MAX_LOGIT as MAX_CALIBRATED_LOGIT
 from ..loops.preverifier_kernel import compiled
 from ..modeling_lookup_gate import MAX_MATCH_LENGTH, MAX_OCCURRENCES, GateScorer
 

@@ -9,7 +9,7 @@ for that row). vLLM verifies them as it verifies its own n-gram drafts, so outpu
 Each step: for every decoding row, the earlier occurrence of its last n-gram and the gate's log-odds for the
 up to K tokens that followed it (`kernels.lookup_logits`: the search, features and gate of
 `generate(prompt_lookup_num_tokens=N, pacer=True)`, compiled), recalibrated to the acceptances this engine
-has seen (`candidates/calibration.py`), then one choice for the whole batch (`kernels.best_prefixes`) under the
+has seen (`loops/online_calibration.py`), then one choice for the whole batch (`kernels.best_prefixes`) under the
 step-cost curve this engine measured (`StepCosts`): a draft token is proposed only while it adds more
 expected tokens than the step time it adds, so a busy engine proposes fewer.
 
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..candidates.calibration import OnlineCalibration
 from ..costs.step_costs import StepCosts
+from ..loops.online_calibration import OnlineCalibration
 from ..modeling_lookup_gate import PacerLookupGate
 from .kernels import CompiledGate
 from .suffix_cache import ProposerCache, cache_settings

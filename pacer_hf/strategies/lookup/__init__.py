@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 from weakref import WeakKeyDictionary
 
-from ...candidates.calibration import OnlineCalibration
 from ...candidates.suffix import SuffixSource
 from ...costs import lookup_costs
 from ...loops.draft_loop import PacerCandidateGenerator
+from ...loops.online_calibration import OnlineCalibration
 from ...loops.stop_rule import stop_rule_for
 from ...model_state import ModelState
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy

@@ -10,10 +10,10 @@ import torch
 from transformers import GenerationConfig
 
 from ..._hf_compat import CandidateGenerator, eos_ids
-from ...candidates.calibration import MAX_LOGIT, OnlineCalibration
 from ...candidates.suffix import CACHE, SuffixSource, gate_features
 from ...costs import RoundCosts
 from ...loops.draft_loop import PacerCandidateGenerator
+from ...loops.online_calibration import MAX_LOGIT, OnlineCalibration
 from ...loops.stop_rule import RoundRecord
 from ...modeling_lookup_gate import PacerLookupGate, feature_rows, find_lookup
 from ...stats import PacerStats

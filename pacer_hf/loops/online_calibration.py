@@ -1,13 +1,16 @@
-"""Online recalibration of the lookup gate's acceptance probabilities to the target that runs it.
+"""Online recalibration of a learned acceptance predictor to the pair that runs it (lookup gates, and pre-verifiers
+whose `config.online_calibration` asks for it: the default one).
 
 The lookup gate was trained on other targets' answers (the default gate on none of the user's), and in vLLM
-without the target's confidence, an input vLLM does not give a proposer. Every round tells the caller how many
+without the target's confidence, an input vLLM does not give a proposer; the default pre-verifier learned other
+pairs' acceptance. Every round tells the caller how many
 of the proposed tokens the target accepted: tokens before the first rejection are accepted, the first rejected
 one is not, the rest are unseen (the gate's own training labels). A two-parameter logistic map of the gate's
 log-odds, p = sigmoid(scale * logit + shift), is refitted to the most recent of those labels, so the stop rule
-weighs proposals with this target's acceptance, not the training set's. Two users: vLLM's
-`PacerLookupProposer` (one map per engine) and `generate`'s gated lookup (one map per model and mode, greedy
-or sampling, kept on the model across calls: `model_state.py`).
+weighs proposals with this target's acceptance, not the training set's. Three users: vLLM's
+`PacerLookupProposer` (one map per engine), `generate`'s gated lookup (one map per model and mode, greedy
+or sampling, kept on the model across calls: `model_state.py`) and the single-row stop rule (one map per pair,
+mode and pre-verifier: `loops/recent_acceptance.py`).
 """
 
 from __future__ import annotations
@@ -37,8 +40,13 @@ class OnlineCalibration:
     def apply(self, logits: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-np.clip(self.scale * logits + self.shift, -MAX_LOGIT, MAX_LOGIT)))
 
+    def map(self, logit: float) -> float:
+        """One log-odds as recalibrated (unclipped: the rule clips where it reads probabilities)."""
+        return self.scale * logit + self.shift
+
     def update(self, logits: np.ndarray, accepted: int) -> None:
         """One row's outcome: its proposed drafts' gate log-odds and how many of them the target accepted."""
+        accepted = min(accepted, len(logits))
         seen = min(accepted + 1, len(logits))
         at = self._next if self._next + seen <= len(self.z) else 0  # a ring of whole rows
         self.z[at: at + seen] = logits[:seen]
