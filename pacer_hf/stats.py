@@ -18,7 +18,10 @@ class PacerStats:
     `forward`) or "compiled" (`compile_draft`). `preverifier` says which pre-verifier decided the rounds:
     "passed" (`pacer=<pre-verifier>`), "attached" (`pacer_hf.attach`), "default" (the one shipped in the
     package, for a draft with none), None when none did. `prompt_kv_from_target`: prompt positions the draft took
-    from the target's cache instead of reading them (a copy of the target, `loops/shared_prompt.py`). With batch > 1
+    from the target's cache instead of reading them (a copy of the target, `loops/shared_prompt.py`).
+    `online_calibration`: the map of the pre-verifier's logits to this pair's acceptances as the call ended (`scale`,
+    `shift`, `labels` seen, kept between calls: `PacerConfig.online_calibration`), None when they decide as they
+    are. With batch > 1
     the counters are the batch's totals (a round is one target forward for every row; `new_tokens` excludes
     padding) and `rows[b]` holds row b's own rounds.
     """
@@ -36,6 +39,7 @@ class PacerStats:
     draft_forward: str = "model"
     preverifier: str | None = None
     prompt_kv_from_target: int = 0
+    online_calibration: dict | None = None
     rows: list[PacerStats] = field(default_factory=list)
 
     @property

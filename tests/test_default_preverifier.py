@@ -193,4 +193,8 @@ def test_the_default_learns_a_pairs_acceptance_across_calls():
         assert torch.equal(out, plain_greedy(target, ids, max_new_tokens=40))
     calibration = recent_acceptance_for(target, draft, False).calibrations[pv]
     assert calibration.labels >= 64 and calibration.shift > 0.5
-    assert pacer_hf.last_stats(target).alpha == 1.0
+    stats = pacer_hf.last_stats(target)
+    assert stats.alpha == 1.0 and stats.online_calibration == calibration.summary()
+    fitted = make_preverifier(draft, block_size=1, max_draft_tokens=5)
+    target.generate(prompt(10, seed=9), max_new_tokens=8, do_sample=False, assistant_model=draft, pacer=fitted)
+    assert pacer_hf.last_stats(target).online_calibration is None

@@ -37,6 +37,7 @@ class CallResult:
     accepted: list[int]
     preverifier_seconds: float = 0.0
     costs: dict | None = None  # which round costs decided an expected-gain rule (`PacerStats.costs`)
+    online_calibration: dict | None = None  # the pre-verifier's map to the pair as the call ended (`PacerStats`)
 
 
 
@@ -142,4 +143,5 @@ def run_call(strategy: Strategy, target: PreTrainedModel, draft: PreTrainedModel
                       target_forwards=len(counter.target_calls), draft_forwards=draft_forwards,
                       draft_lengths=lengths, accepted=accepted[: len(lengths)],
                       preverifier_seconds=stats.preverifier_seconds if stats is not None else 0.0,
-                      costs=stats.costs if stats is not None else None)
+                      costs=stats.costs if stats is not None else None,
+                      online_calibration=stats.online_calibration if stats is not None else None)

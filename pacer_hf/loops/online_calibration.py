@@ -40,9 +40,9 @@ class OnlineCalibration:
     def apply(self, logits: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-np.clip(self.scale * logits + self.shift, -MAX_LOGIT, MAX_LOGIT)))
 
-    def map(self, logit: float) -> float:
-        """One log-odds as recalibrated (unclipped: the rule clips where it reads probabilities)."""
-        return self.scale * logit + self.shift
+    def summary(self) -> dict:
+        """The map as it stands and the labels it has seen (`PacerStats.online_calibration`)."""
+        return {"scale": round(self.scale, 4), "shift": round(self.shift, 4), "labels": int(self.labels)}
 
     def update(self, logits: np.ndarray, accepted: int) -> None:
         """One row's outcome: its proposed drafts' gate log-odds and how many of them the target accepted."""

@@ -72,10 +72,8 @@ class PacerStopRule:
 
     def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None,
                  draft_device: torch.device | None = None, recent: RecentAcceptance | None = None):
-        self.preverifier = preverifier.eval()
-        self.costs = costs
+        self.preverifier, self.costs, self.stats = preverifier.eval(), costs, stats
         self.block_size = preverifier.config.block_size
-        self.stats = stats
         on_cpu = draft_device is None or torch.device(draft_device).type == "cpu"
         if on_cpu:  # the compiled scorer reads the draft's tensors as numpy arrays: CPU drafts only
             from .preverifier_kernel import round_scorer  # numba, imported when Pacer first runs
@@ -99,6 +97,7 @@ class PacerStopRule:
         self.recent = recent if recent is not None else RecentAcceptance()  # shared with the pair's other calls
         self.recent.start_call()
         self.calibration = self.recent.calibration_for(preverifier)  # None: the logits decide as they are
+        stats.online_calibration = self.calibration.summary() if self.calibration is not None else None
         self.raw_logits: list[float] = []  # this round's logits before `calibration`
         self.judged = 0  # drafted tokens judged in this call
         self.rounds_verified = 0
@@ -130,6 +129,7 @@ class PacerStopRule:
         loops that verify the round they drafted: not PEARL, whose next round is drafted before the verdict)."""
         if self.calibration is not None and proposed > 0:
             self.calibration.update(np.asarray(self.raw_logits[:proposed], dtype=np.float64), accepted)
+            self.stats.online_calibration = self.calibration.summary()
 
     def drafts_this_round(self, unread: int = 1, left: int | None = None) -> bool:
         """Whether this round drafts at all. The pre-verifier decides once tokens are drafted, so a draft that cannot
