@@ -160,6 +160,12 @@ runs plain steps (see the measured speed below). Decoding stays exact: the targe
 verifies every drafted token. `config.calibration` holds the costs of a training pair on the training machine
 ({calibration.get('machine')}, {calibration.get('torch_threads')} thread), used only with `pacer_costs="prior"`.
 
+Its probabilities were learned on the training pairs, so `config.online_calibration` is on: the stop rule decides on
+sigmoid(a·z + b) over this model's logits z, with a and b refitted to the rounds the target verifies, kept per
+pair and decoding mode between calls (`pacer_hf.last_stats(target).online_calibration`). A pair that accepts
+nearly every drafted token (an int8 copy of the target) moves the map up within a few calls, so rounds grow from
+one token to the lengths the costs pay for.
+
     import pacer_hf
     target = pacer_hf.enable(target)
     out = target.generate(**inputs, assistant_model=draft, pacer=True)   # this pre-verifier, for any draft
@@ -196,6 +202,11 @@ def _training_text(greedy: PacerConfig, sampling: PacerConfig | None) -> str:
 """
 
 
+MEASURED_BEFORE_THE_MAP = ("Measured before `online_calibration`; with it, on a 2-core Intel Xeon: "
+                           "docs/benchmarks/xeon/default_online in pacer_hf's repository (its README, "
+                           "\"`pacer=True` on any draft\").")
+
+
 def write_card(folder: Path | None = None, benches: list[tuple[Path, str]] = ()) -> Path:
     """README.md of the default pre-verifier; `benches`: (`pacer-hf bench` folder, how the card names its held-out
     pair), one section each."""
@@ -214,13 +225,14 @@ Greedy (`decoding="greedy"`):
     if sampling:
         text += ("\nSampling (`sampling/`, soft labels; AUC counts them as weighted 1s and 0s):\n\n"
                  f"{_metrics_rows(sampling.training)}\n")
-    text += f"\n## Measured speed (wall clock)\n\n{bench_text}\n"
+    text += (f"\n## Measured speed (wall clock)\n\n{MEASURED_BEFORE_THE_MAP}\n\n{bench_text}\n")
     path = folder / "README.md"
     path.write_text(text)
     if sampling:
         (sampling_dir / "README.md").write_text(
             "# Default pre-verifier for sampled rounds\n\nThe `do_sample=True` twin of the default pre-verifier "
-            "(trained on T = 1 rounds with soft labels); see ../README.md.\n")
+            "(trained on T = 1 rounds with soft labels); see ../README.md. Like it, it is recalibrated online to the "
+            "pair it runs\n(`config.online_calibration`), per decoding mode.\n")
     return path
 
 
