@@ -71,6 +71,9 @@ class ReferenceStop:
     def start_round(self) -> None:
         self.drafted, self.trim = 0, 0
 
+    def observe(self, proposed: int, accepted: int) -> None:
+        """Nothing to calibrate: the reference knows every verdict."""
+
     def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
         at = self.position + self.drafted
         self.drafted += 1
