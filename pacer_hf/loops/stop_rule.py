@@ -215,7 +215,7 @@ class PacerStopRule:
             scored = self.blocks.add(hidden, logits, token[:, 0])
             done = scored is not None
             if done:
-                self.raw_logits = list(scored[0])
+                self.raw_logits = scored[0]
                 self.token_logits = [scale * z + shift for z in self.raw_logits]
         stop = False
         if done and self.compiled_rule and self.round_costs is not None:

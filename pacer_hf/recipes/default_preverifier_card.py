@@ -225,7 +225,7 @@ Greedy (`decoding="greedy"`):
     if sampling:
         text += ("\nSampling (`sampling/`, soft labels; AUC counts them as weighted 1s and 0s):\n\n"
                  f"{_metrics_rows(sampling.training)}\n")
-    text += (f"\n## Measured speed (wall clock)\n\n{MEASURED_BEFORE_THE_MAP}\n\n{bench_text}\n")
+    text += f"\n## Measured speed (wall clock)\n\n{MEASURED_BEFORE_THE_MAP}\n\n{bench_text}\n"
     path = folder / "README.md"
     path.write_text(text)
     if sampling:
