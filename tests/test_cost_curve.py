@@ -62,6 +62,22 @@ def test_a_round_that_proposes_nothing_keeps_its_own_cost():
     assert table[1] - table[0] == pytest.approx(0.405) and early[1] - early[0] < 0.3  # the fit over all lengths hid it
 
 
+def test_a_plain_step_keeps_its_own_cost_while_rounds_propose_one_length():
+    """A draft that cannot pay proposes one token a round, if any: the rounds are at x = 1 only. A probe whose
+    one-token forward came out slow prices proposing one token at 1.14 plain steps; the rounds measure 1.55. A fit
+    through both would need b < 0, so cost(0) must stand apart already with one proposing length, or the rule
+    keeps drafting on the probe's 1.14."""
+    base = [1.0, 1.14, 1.59, 2.04]
+    curve = CostCurve(base, fit="scale", min_samples=3, refit_every=1)
+    for _ in range(3):
+        curve.observe(0, 0.020)
+        curve.observe(1, 0.031)
+    table = curve.values()
+    assert table[0] == pytest.approx(0.020) and table[1] == pytest.approx(0.031)
+    assert table[1] / table[0] == pytest.approx(1.55)
+    assert table[2] == pytest.approx(0.031 / 1.14 * 1.59), "past the measured length: the base's shape, scaled"
+
+
 def test_scale_policy_waits_for_min_samples_and_ignores_lengths_past_the_table():
     curve = CostCurve(PROBE, fit="scale", min_samples=4, refit_every=100)
     for _ in range(3):

@@ -12,7 +12,11 @@ observations per x (`observe`) and refines the base by one policy, `fit`:
              its scale and the per-round work the base leaves out (costs/round_costs.py says why medians per x
              alone are no curve for a round). x = 0 is a round that proposes nothing, a plain step without the
              verification's per-round work: once it and the x >= 1 rounds each hold `min_samples` observations,
-             the latter at two lengths or more, the fit runs over x >= 1 and cost(0) is its own median.
+             the latter at two lengths or more, the fit runs over x >= 1 and cost(0) is its own median. At one
+             proposing length the line runs through both medians unless that needs b < 0: then cost(0) is its own
+             median and the proposing length sets the scale. Inside one fit a plain step could only be as cheap as the
+             base says, and where the base prices a proposing round near a plain step (a probe whose one-token forward
+             came out slow) the rule would keep drafting on the base's ratio.
 - `"line"`:  a weighted least-squares line through the per-x medians (slope >= 0); where x's with `min_samples`
              observations exist, their medians (never below the median of a smaller such x: noise must not make
              more tokens look cheaper), joined linearly, and past the largest of them a rise at the line's slope
@@ -112,10 +116,14 @@ class CostCurve:
         if self.policy == "scale" and self.refined():
             xs, medians, counts = self.medians()
             proposing = xs > 0
-            if (xs[0] == 0 and counts[0] >= self.min_samples and proposing.sum() >= 2
-                    and counts[proposing].sum() >= self.min_samples):
+            base = np.asarray(self.base)
+            apart = xs[0] == 0 and counts[0] >= self.min_samples and counts[proposing].sum() >= self.min_samples
+            if apart and proposing.sum() == 1:  # one proposing length: the line through both, unless it needs b < 0
+                scale, offset = fit_scale(base[xs], medians, counts)
+                apart = not np.allclose(scale * base[xs] + offset, medians, rtol=1e-6, atol=0.0)
+            if apart:
                 alone, xs, medians, counts = medians[0], xs[proposing], medians[proposing], counts[proposing]
-            self.params = fit_scale(np.asarray(self.base)[xs], medians, counts)
+            self.params = fit_scale(base[xs], medians, counts)
         elif self.policy == "line" and self.samples:
             return self._fit_line(max(2 * upto, 64))
         if self.base is None:
