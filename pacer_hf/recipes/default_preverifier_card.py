@@ -203,8 +203,8 @@ def _training_text(greedy: PacerConfig, sampling: PacerConfig | None) -> str:
 
 
 MEASURED_BEFORE_THE_MAP = ("Measured before `online_calibration`; with it, on a 2-core Intel Xeon: "
-                           "docs/benchmarks/xeon/default_online in pacer_hf's repository (its README, "
-                           "\"`pacer=True` on any draft\").")
+                           "docs/benchmarks/xeon/default_online in pacer_hf's repository (its "
+                           "docs/YOUR_PAIR.md).")
 
 
 def write_card(folder: Path | None = None, benches: list[tuple[Path, str]] = ()) -> Path:
