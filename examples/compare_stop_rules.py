@@ -25,6 +25,9 @@ ends each round at the first drafted token the target will reject, capped at the
 pre-verifier); "oracle-trim" drops it (the round verifies exactly the accepted tokens). Both pay every draft forward
 up to the rejected token and nothing for a pre-verifier, so they bound what any stop rule can gain on this machine
 (the benchmark's `oracle` row is modelled instead); each setting's share of oracle-trim's gain is printed too.
+"oracle-curve" knows the same and the machine's round costs (the probe the stop rule reads): a round that meets a
+rejected token gains the same tokens at any longer length, so it drafts on to the cheapest one. Where verifying more
+tokens can cost less (CPU kernels that make some widths slow) a stop-only oracle is no ceiling; this one is nearer.
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ import torch
 
 import pacer_hf
 from pacer_hf.bench.strategy_calls import call_context, resolve_strategies
+from pacer_hf.costs import fastest, forward_costs
 from pacer_hf.costs.cost_model import recorded_calibration
 from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
 from pacer_hf.data.prompts import CATEGORIES, build_prompts
+from pacer_hf.loops.draft_forwards import draft_step_timer
 from pacer_hf.loops.draft_loop import PacerCandidateGenerator
 from pacer_hf.modeling_pacer import calibrated_round_time
 from pacer_hf.pairs import load_pair
@@ -59,8 +64,10 @@ class ReferenceStop:
     costs = None  # no cost model to feed
     block_size = 1  # it decides after every token
 
-    def __init__(self, trim: bool):
+    def __init__(self, trim: bool, seconds: list[float] | None = None):
         self.trim_rejected, self.reference, self.position, self.drafted, self.trim = trim, [], 0, 0, 0
+        self.seconds = seconds  # round seconds for k = 0..cap proposed tokens ("oracle-curve"), else None
+        self.until: int | None = None  # past the first rejection: the length this round drafts on to
 
     def drafts_this_round(self, unread: int = 1, left: int | None = None) -> bool:
         return True
@@ -69,7 +76,7 @@ class ReferenceStop:
         """Nothing to learn from the draft's reading speed: every round drafts."""
 
     def start_round(self) -> None:
-        self.drafted, self.trim = 0, 0
+        self.drafted, self.trim, self.until = 0, 0, None
 
     def observe(self, proposed: int, accepted: int) -> None:
         """Nothing to calibrate: the reference knows every verdict."""
@@ -77,8 +84,13 @@ class ReferenceStop:
     def add_token(self, hidden: torch.Tensor, logits: torch.Tensor, token: torch.Tensor) -> bool:
         at = self.position + self.drafted
         self.drafted += 1
+        if self.until is not None:
+            return self.drafted >= self.until
         if at < len(self.reference) and int(token[0, 0]) == self.reference[at]:
             return False
+        if self.seconds is not None:  # the round gains the same tokens at any length from here: take the cheapest
+            self.until = min(range(self.drafted, len(self.seconds)), key=self.seconds.__getitem__)
+            return self.drafted >= self.until
         self.trim = int(self.trim_rejected)
         return True
 
@@ -101,11 +113,26 @@ class OracleStopConfig(pacer_hf.StrategyConfig):
     strategy_type: ClassVar[str] = "oracle-stop"
     gamma: int = 12
     trim: bool = True
+    curve: bool = False  # past the first rejected token, draft on to the cheapest round length (`round_seconds`)
     use_preverifier: bool = False
 
     @property
     def name(self) -> str:
-        return "oracle-trim" if self.trim else "oracle"
+        return "oracle-curve" if self.curve else "oracle-trim" if self.trim else "oracle"
+
+
+CURVES: dict[tuple[int, int, int], list[float]] = {}  # (target, draft, cap) -> round seconds, probed once
+
+
+def round_seconds(target, draft, cap: int) -> list[float]:
+    """Seconds of a round proposing k = 0..cap tokens on this machine: the target's cached forward over k + 1 tokens
+    (the probe the stop rule reads) and k draft steps."""
+    key = (id(target), id(draft), cap)
+    if key not in CURVES:
+        _, _, verify, _ = forward_costs(target, cap + 1)
+        step = fastest(draft_step_timer(draft), 5)
+        CURVES[key] = [verify[k] + k * step for k in range(cap + 1)]
+    return CURVES[key]
 
 
 def build(config: OracleStopConfig, context: StrategyContext) -> StrategyCall:
@@ -113,7 +140,9 @@ def build(config: OracleStopConfig, context: StrategyContext) -> StrategyCall:
 
     def make(generation_config, logits_processor) -> OracleGenerator:
         return OracleGenerator(context.draft, generation_config, logits_processor, max_draft_tokens=config.gamma,
-                               stats=stats, stop=ReferenceStop(config.trim), draft_forward=context.draft_forward)
+                               stats=stats, draft_forward=context.draft_forward,
+                               stop=ReferenceStop(config.trim and not config.curve, round_seconds(
+                                   context.model, context.draft, config.gamma) if config.curve else None))
 
     return StrategyCall(name=config.name, make=make, stats=stats)
 
@@ -160,7 +189,8 @@ def main() -> None:
     first = next((v for v in settings.values() if isinstance(v, pacer_hf.PacerPreVerifier)), None)
     if args.oracle:
         cap = first.config.max_draft_tokens if first is not None else max(gammas)
-        settings.update({"oracle": OracleStopConfig(cap, trim=False), "oracle-trim": OracleStopConfig(cap, trim=True)})
+        settings.update({"oracle": OracleStopConfig(cap, trim=False), "oracle-trim": OracleStopConfig(cap, trim=True),
+                         "oracle-curve": OracleStopConfig(cap, trim=False, curve=True)})
     contexts = {}
     hf = [s for s in resolve_strategies(["hf-confidence", "hf-heuristic"], False) if s.family == "hf"] if args.hf else []
     for strategy in hf:
