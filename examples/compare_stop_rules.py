@@ -43,7 +43,7 @@ import torch
 
 import pacer_hf
 from pacer_hf.bench.strategy_calls import call_context, resolve_strategies
-from pacer_hf.costs import fastest, forward_costs
+from pacer_hf.costs import cached_probe, fastest, forward_costs, model_key
 from pacer_hf.costs.cost_model import recorded_calibration
 from pacer_hf.data.chat_prompts import CHAT_CATEGORIES, chat_prompts
 from pacer_hf.data.prompts import CATEGORIES, build_prompts
@@ -66,7 +66,7 @@ class ReferenceStop:
 
     def __init__(self, trim: bool, seconds: list[float] | None = None):
         self.trim_rejected, self.reference, self.position, self.drafted, self.trim = trim, [], 0, 0, 0
-        self.seconds = seconds  # round seconds for k = 0..cap proposed tokens ("oracle-curve"), else None
+        self.seconds = seconds  # round seconds for k = 0..cap proposed tokens ("oracle-curve": no trim), else None
         self.until: int | None = None  # past the first rejection: the length this round drafts on to
 
     def drafts_this_round(self, unread: int = 1, left: int | None = None) -> bool:
@@ -121,18 +121,12 @@ class OracleStopConfig(pacer_hf.StrategyConfig):
         return "oracle-curve" if self.curve else "oracle-trim" if self.trim else "oracle"
 
 
-CURVES: dict[tuple[int, int, int], list[float]] = {}  # (target, draft, cap) -> round seconds, probed once
-
-
 def round_seconds(target, draft, cap: int) -> list[float]:
     """Seconds of a round proposing k = 0..cap tokens on this machine: the target's cached forward over k + 1 tokens
-    (the probe the stop rule reads) and k draft steps."""
-    key = (id(target), id(draft), cap)
-    if key not in CURVES:
-        _, _, verify, _ = forward_costs(target, cap + 1)
-        step = fastest(draft_step_timer(draft), 5)
-        CURVES[key] = [verify[k] + k * step for k in range(cap + 1)]
-    return CURVES[key]
+    and k draft steps, each probed once per process as the stop rule probes them (`draft_costs`)."""
+    _, _, verify, _ = forward_costs(target, cap + 1)
+    step, _ = cached_probe(model_key(draft) + "|draft-step", lambda: fastest(draft_step_timer(draft), 5))
+    return [verify[k] + k * step for k in range(cap + 1)]
 
 
 def build(config: OracleStopConfig, context: StrategyContext) -> StrategyCall:
@@ -141,8 +135,8 @@ def build(config: OracleStopConfig, context: StrategyContext) -> StrategyCall:
     def make(generation_config, logits_processor) -> OracleGenerator:
         return OracleGenerator(context.draft, generation_config, logits_processor, max_draft_tokens=config.gamma,
                                stats=stats, draft_forward=context.draft_forward,
-                               stop=ReferenceStop(config.trim and not config.curve, round_seconds(
-                                   context.model, context.draft, config.gamma) if config.curve else None))
+                               stop=ReferenceStop(config.trim, round_seconds(context.model, context.draft, config.gamma)
+                                                  if config.curve else None))
 
     return StrategyCall(name=config.name, make=make, stats=stats)
 
