@@ -8,6 +8,7 @@ written beside the weights, resuming after an interruption in training, and the 
 from __future__ import annotations
 
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -76,6 +77,7 @@ def test_fit_from_folders_writes_a_card_and_decides_exactly(folders, tokenizer, 
     assert "held-out AUC" in card and "sd-fixed-4" in card and "expected_gain" in card
     metrics = json.loads((out / "pacer_metrics.json").read_text())
     assert metrics["training"]["answers"] == len(prompts) and metrics["evaluation"]["held-out AUC"] == report["auc"]
+    assert set(metrics["training"]["stage plan seconds"]) == {"answers and tracing", "train", "calibrate", "speed check"}
     loaded = pacer_hf.load_preverifier(str(out))
     target = AutoModelForCausalLM.from_pretrained(target_dir).eval()
     draft = AutoModelForCausalLM.from_pretrained(draft_dir).eval()
@@ -317,3 +319,51 @@ def test_a_dtype_tried_for_a_while_leaves_the_model_bit_for_bit_as_it_was(tiny):
         torch.float32, torch.bfloat16)
     after = target.state_dict()
     assert target.dtype == torch.float32 and all(torch.equal(v, after[k]) for k, v in before.items())
+
+
+def test_answers_stop_once_their_tracing_would_spend_the_budget(tiny, tokenizer, tmp_path):
+    """Each answer written counts what tracing it will cost (`later`) against the answers' budget: with tracing priced
+    at the whole budget, answering stops as soon as a held-out and a training batch are in (the minimum a fit needs);
+    priced at nothing, every prompt is answered."""
+    from pacer_hf.training.fit_data import _batches, generate_answers, read_answers
+
+    target, _ = tiny
+    records = build_prompts(tokenizer, PROMPTS + [f"class Point{i}:\n" for i in range(12)])
+    kwargs = {"max_new_tokens": 4, "batch_size": 2, "budget_s": 600.0, "do_sample": False, "progress": False}
+    priced = generate_answers(target, tokenizer, records, tmp_path / "priced.jsonl", later=lambda p, r: 600.0, **kwargs)
+    first_with_both = next(k for k in range(1, len(records)) if len({p["heldout"] for b in _batches(records, 2)[:k]
+                                                                    for p in b}) == 2)
+    assert [r["key"] for r in priced] == [p["key"] for b in _batches(records, 2)[:first_with_both] for p in b]
+    assert len(priced) < len(records)
+    free = generate_answers(target, tokenizer, records, tmp_path / "free.jsonl", later=lambda p, r: 0.0, **kwargs)
+    assert len(free) == len(records)
+    # resuming counts the answers already written: their tracing is still to come
+    again = generate_answers(target, tokenizer, records, tmp_path / "priced.jsonl", later=lambda p, r: 600.0, **kwargs)
+    assert len(again) == len(priced) and len(read_answers(tmp_path / "priced.jsonl")) == len(priced)
+
+
+def test_the_plan_gives_the_answers_what_tracing_calibration_and_the_speed_check_leave(tiny, tokenizer):
+    """The time plan prices tracing per answer token and calibration from forwards timed on this pair: a draft whose
+    tracing or a target whose widest verify costs more leaves the answers less of the same budget, and the stages'
+    estimates fill the mode's share but for the margin."""
+    from pacer_hf.training import fit_setup
+
+    target, draft = tiny
+    records = build_prompts(tokenizer, PROMPTS)
+    plan = fit_setup.FitPlan.measure(target, draft, records, budget_s=900.0, started=time.perf_counter(), modes=1,
+                                     max_new_tokens=16, batch_size=None, device="cpu", max_draft_tokens=8)
+    step, widest, draft_step = plan.forward_s
+    assert step > 0 and widest > 0 and draft_step > 0 and plan.trace_s_per_token > 0
+    assert plan.trace_seconds([1] * 30, [2] * 10) == pytest.approx(40 * plan.trace_s_per_token)
+
+    def answers(**changes) -> float:
+        return fit_setup.FitPlan(**{**vars(plan), "started": time.perf_counter(), **changes}).answers_seconds()
+
+    base = answers()
+    assert answers(forward_s=(step, widest * 50, draft_step)) < base
+    assert answers(step_s=plan.step_s * 50) < base
+    fresh = fit_setup.FitPlan(**{**vars(plan), "started": time.perf_counter()})
+    fresh.answers_seconds()
+    share = fresh.planned["train"] / fit_setup.TRAIN_SHARE
+    assert share == pytest.approx(900.0, rel=1e-3)
+    assert sum(fresh.planned.values()) == pytest.approx(share * (1 - fit_setup.MARGIN), rel=1e-6)

@@ -65,7 +65,8 @@ def fit_preverifier(target, draft, tokenizer=None, *, prompts=None, decoding: st
                  "seed": seed}
     work, state = open_work(output_dir, signature, overwrite)
     plan = FitPlan.measure(target, draft, records, budget_s=budget_s, started=started, modes=len(modes),
-                           max_new_tokens=max_new_tokens, batch_size=batch_size, device=device)
+                           max_new_tokens=max_new_tokens, batch_size=batch_size, device=device,
+                           max_draft_tokens=max_draft_tokens)
     fitted = {}
     for mode in modes:
         fitted[mode] = _fit_one(target, draft, tokenizer, records, mode, work, state, plan, names,
@@ -107,7 +108,7 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
         with cast_for_a_while(target, answer_dtype):
             generate_answers(target, tokenizer, records, path, max_new_tokens=max_new_tokens,
                              batch_size=plan.batch_size, budget_s=plan.answers_seconds(),
-                             do_sample=mode == "sampling", progress=progress)
+                             do_sample=mode == "sampling", progress=progress, later=plan.trace_seconds)
         state[f"answers-{mode}"] = str(answer_dtype).removeprefix("torch.")
         work.save(state)
     plan.dtypes[mode] = state[f"answers-{mode}"]
@@ -195,7 +196,8 @@ def _finish(preverifier, run, calibration, speed, answers, mode, seconds, names,
         "auc": calibration["auc"], "ece": calibration["ece"], "heldout_rounds": calibration["rounds"],
         "simulated": {f"simulated {name} vs target alone (report split)": calibration["table"][key]
                       for key, name in (("pacer", "Pacer"), ("oracle", "oracle")) if key in calibration["table"]},
-        "speed_check": speed, "stage_seconds": dict(seconds), "budget_s": budget_s,
+        "speed_check": speed, "stage_seconds": dict(seconds),
+        "stage_plan_seconds": {k: round(v, 1) for k, v in plan.planned.items()}, "budget_s": budget_s,
         "total_seconds": round(time.perf_counter() - started, 1), "hardware": plan.hardware,
         "command": " ".join(shlex.quote(a) for a in sys.argv) if Path(sys.argv[0]).name == "pacer-hf" else None,
     }

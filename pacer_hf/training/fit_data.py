@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -154,9 +154,11 @@ def answer_batch(target, prompts: list[list[int]], max_new_tokens: int, pad_id: 
 
 
 def generate_answers(target, tokenizer, prompts: list[dict], path: Path, *, max_new_tokens: int, batch_size: int,
-                     budget_s: float | None, do_sample: bool, progress: bool = True) -> list[dict]:
+                     budget_s: float | None, do_sample: bool, progress: bool = True,
+                     later: Callable[[list[int], list[int]], float] | None = None) -> list[dict]:
     """Append the target's answers to `prompts` to `path` (resumable: prompts already there are skipped); stop
-    starting batches after `budget_s` seconds (one held-out and one training batch are always answered).
+    starting batches once `budget_s` seconds are spent (one held-out and one training batch are always answered),
+    counting for each answer written what `later(prompt, response)` says the stages after it will spend on it.
     Returns every answer in the file."""
     done = {r["key"] for r in read_answers(path)}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -169,10 +171,11 @@ def generate_answers(target, tokenizer, prompts: list[dict], path: Path, *, max_
     bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), unit="prompt",
                desc="answers (sampled)" if do_sample else "answers", disable=not progress, dynamic_ncols=True)
     start, tokens = time.perf_counter(), 0
+    owed = sum(later(r["prompt"], r["response"]) for r in read_answers(path)) if later is not None else 0.0
     answered = {flag: sum(r["heldout"] is flag for r in read_answers(path)) for flag in (True, False)}
     with path.open("a") as handle:
         for batch in batches:
-            over = budget_s is not None and time.perf_counter() - start > budget_s
+            over = budget_s is not None and time.perf_counter() - start + owed > budget_s
             if over and all(answered.values()):  # a held-out and a training batch at least, whatever the budget
                 break
             for p in batch:
@@ -183,6 +186,7 @@ def generate_answers(target, tokenizer, prompts: list[dict], path: Path, *, max_
                                                           pad_id, eos, do_sample)):
                 handle.write(json.dumps({**prompt, **answer}) + "\n")
                 tokens += len(answer["response"])
+                owed += later(prompt["prompt"], answer["response"]) if later is not None else 0.0
             handle.flush()
             os.fsync(handle.fileno())
             bar.update(len(batch))

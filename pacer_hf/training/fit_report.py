@@ -95,7 +95,8 @@ def card_metrics(report: dict) -> dict:
                   "held-out rounds": report["heldout_rounds"], **report.get("simulated", {})}
     return {
         "datasets": [report["data"]],
-        "training": {**report["training"], "stage seconds": report["stage_seconds"], "budget_s": report["budget_s"],
+        "training": {**report["training"], "stage seconds": report["stage_seconds"],
+                     "stage plan seconds": report.get("stage_plan_seconds") or None, "budget_s": report["budget_s"],
                      "total seconds": report["total_seconds"]},
         "evaluation": evaluation,
         "speedup": speed.get("rows"),

@@ -1,8 +1,9 @@
 """`fit_preverifier`'s setup: argument checks, loading the pair, the work folder, and the time plan.
 
-The plan turns a budget into stage sizes from speeds measured here (a target step, a pre-verifier training step):
-calibration and the speed check cost a known number of target steps, training gets a share, and the target's
-answers (the data) get what is left, so that the whole call ends near the budget.
+The plan turns a budget into stage sizes from speeds measured here: calibration is priced from a target step, the
+widest verify and a draft step, the speed check from target steps, training gets a share, and the target's answers
+(the data) get what is left, each answer counted with what tracing it will cost (the forward tracing runs per
+answer, timed here), so that the whole call ends near the budget.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from pathlib import Path
 import torch
 
 from ..cheap_draft import CHEAP_DRAFT_FILE, apply_cheap_draft, cheapened
-from ..costs import processor_name, timed
+from ..costs import cached_forward_timer, fastest, processor_name, timed
 from ..loading import DTYPES, check_pair
+from ..loops.draft_forwards import draft_step_timer
 
 WORK = "fit-work"
 STATE = "fit_state.json"
-TRAIN_SHARE, COLLECT_SHARE, MARGIN = 0.10, 0.06, 0.04
-CALIBRATION_STEPS = 900  # target steps the cost measurement takes (7 repeats of 26 forwards, the loop's calls)
+TRAIN_SHARE, MARGIN = 0.10, 0.04
+LOOP_CALLS = 9  # generate calls of `fit_calibrate.LOOP_TOKENS` tokens calibration times (fixed γ = 1..8 and plain)
+LOOP_WARMUP_TOKENS = 90  # the untimed warm-up calls' tokens before them
 SPEED_STEPS = 10  # target steps per held-out prompt and new token the speed check takes (7 settings, a warm-up, HF's)
 
 
@@ -168,12 +171,17 @@ class FitPlan:
     draft_hidden: int
     answer_dtypes: tuple
     hardware: str
+    max_draft_tokens: int = 24
+    forward_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # cached forwards: a target step, the widest verify, a draft step
+    trace_s_per_token: float = 0.0  # tracing's forward per answer, per token of prompt and answer it covers
     done: int = 0
     mode_end: float | None = None
     dtypes: dict = field(default_factory=dict)
+    planned: dict = field(default_factory=dict)  # the last mode's stage estimates, seconds (`answers_seconds`)
 
     @classmethod
-    def measure(cls, target, draft, records, *, budget_s, started, modes, max_new_tokens, batch_size, device):
+    def measure(cls, target, draft, records, *, budget_s, started, modes, max_new_tokens, batch_size, device,
+                max_draft_tokens: int = 24):
         prompt = torch.tensor([records[0]["prompt"][-128:]], device=target.device)
         with torch.no_grad():
             one = min(timed(lambda: target.generate(prompt, max_new_tokens=1, do_sample=False), target.device)[0]
@@ -182,9 +190,30 @@ class FitPlan:
                          target.device)[0]
         hardware = (torch.cuda.get_device_name(target.device) if device == "cuda"
                     else f"CPU ({processor_name()}), {torch.get_num_threads()} torch threads")
+        widest = max(16, max_draft_tokens) + 1  # as calibration's cost passes time them (`calibration_seconds`)
+        forwards = tuple(fastest(timer, 2) for timer in (
+            cached_forward_timer(target, 1, 128, logits_to_keep=1), cached_forward_timer(target, widest, 128),
+            draft_step_timer(draft, 128)))
         return cls(budget_s, started, modes, max((nine - one) / 8, 1e-4), batch_size or (32 if device == "cuda" else 8),
                    sum(r["heldout"] for r in records), max_new_tokens, int(draft.get_output_embeddings().in_features),
-                   (torch.float32, torch.bfloat16), hardware)
+                   (torch.float32, torch.bfloat16), hardware, max_draft_tokens, forwards,
+                   trace_seconds_per_token(target, draft, records[0]["prompt"], max_new_tokens))
+
+    def trace_seconds(self, prompt: list[int], response: list[int]) -> float:
+        """What tracing one answer will cost (`collect_along_answers`, one forward over it)."""
+        return self.trace_s_per_token * (len(prompt) + len(response))
+
+    def calibration_seconds(self) -> float:
+        """What `fit_calibrate.calibrate_here` takes: its cost passes (a step, a draft step and every verify width up
+        to the widest, each verify priced on the line between a step and the widest), then a generate call per fixed
+        γ and plain decoding (`LOOP_CALLS`), each token at about a target step and a draft step."""
+        from . import fit_calibrate
+
+        step, widest, draft = self.forward_s
+        k = max(16, self.max_draft_tokens)
+        verifies = k * step + (widest - step) * (k + 1) / 2
+        passes = (fit_calibrate.COST_REPEATS + 1) * (step + draft + verifies)
+        return passes + (LOOP_CALLS * fit_calibrate.LOOP_TOKENS + LOOP_WARMUP_TOKENS) * (self.step_s + draft)
 
     def _left(self) -> float:
         return self.budget_s - (time.perf_counter() - self.started)
@@ -201,17 +230,23 @@ class FitPlan:
                 tokens -= 16
         return prompts, tokens
 
-    def fixed_seconds(self) -> float:
+    def speed_seconds(self) -> float:
         prompts, tokens = self.speed_size()
-        return (CALIBRATION_STEPS + SPEED_STEPS * prompts * tokens) * self.step_s
+        return SPEED_STEPS * prompts * tokens * self.step_s
+
+    def fixed_seconds(self) -> float:
+        return self.calibration_seconds() + self.speed_seconds()
 
     def answers_seconds(self) -> float | None:
-        """What this mode's answers may take: its share of what is left, less the other stages' estimates."""
+        """What this mode's answers and their tracing may take (`generate_answers` counts each answer's
+        `trace_seconds` against it): its share of what is left, less the other stages' estimates."""
         if self.budget_s is None:
             return None
         share = self._start_mode()
-        rest = (TRAIN_SHARE + COLLECT_SHARE + MARGIN) * share + self.fixed_seconds()
-        return max(share - rest, 0.05 * share)
+        answers = max(share - (TRAIN_SHARE + MARGIN) * share - self.fixed_seconds(), 0.05 * share)
+        self.planned = {"answers and tracing": answers, "train": TRAIN_SHARE * share,
+                        "calibrate": self.calibration_seconds(), "speed check": self.speed_seconds()}
+        return answers
 
     def _start_mode(self) -> float:
         """This mode's share of what is left of the budget; its end is kept for the later stages."""
@@ -236,3 +271,17 @@ class FitPlan:
 
     def state_dtype(self, mode: str) -> str | None:
         return self.dtypes.get(mode)
+
+
+def trace_seconds_per_token(target, draft, prompt: list[int], max_new_tokens: int) -> float:
+    """Seconds per token of the forward tracing runs over each answer (`collect_answers._answer_forward`: the draft
+    over the prompt and the answer, or, for a copy of the target, the target over the prompt and the draft over the
+    answer), timed on `prompt` with a stand-in answer of `max_new_tokens` tokens (the prompt's own, repeated)."""
+    from .collect_answers import _answer_forward, _prompt_reader
+
+    stand_in = {"prompt": prompt, "response": (prompt * (max_new_tokens // max(len(prompt), 1) + 1))[:max_new_tokens]}
+    reader = _prompt_reader(draft, target, teacher_forced=True)
+    with torch.no_grad():
+        seconds = min(timed(lambda: _answer_forward(draft, stand_in, len(prompt), reader), draft.device)[0]
+                      for _ in range(2))
+    return seconds / (len(prompt) + len(stand_in["response"]))
