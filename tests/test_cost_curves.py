@@ -17,8 +17,10 @@ from pacer_hf.costs.cost_model import FAVOURED_ACCEPTANCE, favoured_lengths
 from pacer_hf.modeling_pacer import PacerPreVerifier, expected_tokens, round_cost
 
 CURVES = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "qwen_coder" / "cost_curves"
-# the EPYC of the first runs (amd_epyc), with MKL's Intel kernels, and a Zen 5 EPYC under both MKL paths
-KINDS = ("intel_xeon", "amd_epyc", "amd_epyc_mkl_intel_path", "amd_epyc_zen5_mkl_generic", "amd_epyc_zen5_mkl_intel_path")
+# the EPYC of the first runs (amd_epyc), with MKL's Intel kernels, a Zen 5 EPYC under both MKL paths and a Zen 3 EPYC
+# whose long verifies cost more than the first one's
+KINDS = ("intel_xeon", "amd_epyc", "amd_epyc_mkl_intel_path", "amd_epyc_zen5_mkl_generic", "amd_epyc_zen5_mkl_intel_path",
+         "amd_epyc_zen3_mkl_generic")
 CAP = 24  # the shipped Qwen pre-verifier's rounds
 ACCEPTANCE = (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
 

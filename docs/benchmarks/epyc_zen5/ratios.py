@@ -65,25 +65,30 @@ def sampled(records: list) -> dict:
     }
 
 
-report = {"what": "ratios the docs quote; intel: MKL's Intel kernels preloaded, generic: without (same Zen 5 EPYC)"}
-for name in ("greedy_intel", "greedy_generic", "greedy_generic_synced", "greedy_intel_synced", "greedy_generic_split",
-             "greedy_generic_opening"):
-    if (HERE / name / "results.json").exists():
-        report[name] = greedy(json.loads((HERE / name / "results.json").read_text()))
-for name in ("t1_intel", "t1_generic"):
-    if (HERE / name / "results.json").exists():
-        report[name] = sampled(json.loads((HERE / name / "results.json").read_text()))
-if "greedy_intel" in report and "greedy_generic" in report:
-    i, g = (json.loads((HERE / n / "results.json").read_text()) for n in ("greedy_intel", "greedy_generic"))
-    report["greedy_intel_path_over_generic_speed"] = {
-        s: median_of({c: round(i[s][c]["tokens_per_s"] / g[s][c]["tokens_per_s"], 3) for c in i[s]}) for s in i if s in g}
-    report["greedy_pacer_intel_path_over_best_generic_setting"] = median_of({
-        c: round(i[PACER][c]["tokens_per_s"] / max(g[s][c]["tokens_per_s"] for s in g), 3) for c in i[PACER]})
-if (HERE / "bound" / "compare_costs.json").exists():
-    b = json.loads((HERE / "bound" / "compare_costs.json").read_text())
-    report["bound_compare_costs"] = {
-        f"pacer_over_{s}_ratio": median_of({c: round(b["pacer"][c]["tokens_per_s"] / b[s][c]["tokens_per_s"], 3)
-                                            for c in b["pacer"]}) for s in ("sd-fixed-8", "sd-fixed-24")}
-    report["bound_compare_costs"]["stop_only_oracle_of_greedy_generic_over_sd-fixed-24_ratio"] = median_of({
-        c: round(g["oracle"][c]["vs_ar"] / b["sd-fixed-24"][c]["vs_ar"], 3) for c in b["pacer"]})
-print(json.dumps(report, indent=1))
+def main() -> None:
+    report = {"what": "ratios the docs quote; intel: MKL's Intel kernels preloaded, generic: without (same Zen 5 EPYC)"}
+    for name in ("greedy_intel", "greedy_generic", "greedy_generic_synced", "greedy_intel_synced", "greedy_generic_split",
+                 "greedy_generic_opening"):
+        if (HERE / name / "results.json").exists():
+            report[name] = greedy(json.loads((HERE / name / "results.json").read_text()))
+    for name in ("t1_intel", "t1_generic"):
+        if (HERE / name / "results.json").exists():
+            report[name] = sampled(json.loads((HERE / name / "results.json").read_text()))
+    if "greedy_intel" in report and "greedy_generic" in report:
+        i, g = (json.loads((HERE / n / "results.json").read_text()) for n in ("greedy_intel", "greedy_generic"))
+        report["greedy_intel_path_over_generic_speed"] = {
+            s: median_of({c: round(i[s][c]["tokens_per_s"] / g[s][c]["tokens_per_s"], 3) for c in i[s]}) for s in i if s in g}
+        report["greedy_pacer_intel_path_over_best_generic_setting"] = median_of({
+            c: round(i[PACER][c]["tokens_per_s"] / max(g[s][c]["tokens_per_s"] for s in g), 3) for c in i[PACER]})
+    if (HERE / "bound" / "compare_costs.json").exists():
+        b = json.loads((HERE / "bound" / "compare_costs.json").read_text())
+        report["bound_compare_costs"] = {
+            f"pacer_over_{s}_ratio": median_of({c: round(b["pacer"][c]["tokens_per_s"] / b[s][c]["tokens_per_s"], 3)
+                                                for c in b["pacer"]}) for s in ("sd-fixed-8", "sd-fixed-24")}
+        report["bound_compare_costs"]["stop_only_oracle_of_greedy_generic_over_sd-fixed-24_ratio"] = median_of({
+            c: round(g["oracle"][c]["vs_ar"] / b["sd-fixed-24"][c]["vs_ar"], 3) for c in b["pacer"]})
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
