@@ -23,4 +23,8 @@ for name in ("greedy_generic",):
 for name in ("t1_generic",):
     if (HERE / name / "results.json").exists():
         report[name] = zen5.sampled(json.loads((HERE / name / "results.json").read_text()))
+if (HERE / "probe_vs_curve" / "results.json").exists():
+    results = json.loads((HERE / "probe_vs_curve" / "results.json").read_text())
+    report["probe_vs_curve"] = {s: zen5.median_of({c: round(v["vs_ar"], 3) for c, v in cats.items()})
+                                for s, cats in results.items()}
 print(json.dumps(report, indent=1))
