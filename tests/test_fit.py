@@ -343,9 +343,9 @@ def test_answers_stop_once_their_tracing_would_spend_the_budget(tiny, tokenizer,
 
 
 def test_the_plan_gives_the_answers_what_tracing_calibration_and_the_speed_check_leave(tiny, tokenizer):
-    """The time plan prices tracing per answer token and calibration from forwards timed on this pair: a draft whose
-    tracing or a target whose widest verify costs more leaves the answers less of the same budget, and the stages'
-    estimates fill the mode's share but for the margin."""
+    """The time plan prices tracing per answer token and calibration from forwards timed on this pair: a target whose
+    widest verify or step costs more leaves the answers less of the same budget, and the stages' estimates fill the
+    mode's share but for the margin."""
     from pacer_hf.training import fit_setup
 
     target, draft = tiny

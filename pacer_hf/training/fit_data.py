@@ -160,10 +160,11 @@ def generate_answers(target, tokenizer, prompts: list[dict], path: Path, *, max_
     starting batches once `budget_s` seconds are spent (one held-out and one training batch are always answered),
     counting for each answer written what `later(prompt, response)` says the stages after it will spend on it.
     Returns every answer in the file."""
-    done = {r["key"] for r in read_answers(path)}
+    written = read_answers(path)
+    done = {r["key"] for r in written}
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_file():  # drop a torn last line so appends stay line-aligned
-        path.write_text("".join(json.dumps(r) + "\n" for r in read_answers(path)))
+        path.write_text("".join(json.dumps(r) + "\n" for r in written))
     todo = [p for p in prompts if p["key"] not in done]
     eos = _eos_ids(target.generation_config.eos_token_id)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos or {0})
@@ -171,8 +172,8 @@ def generate_answers(target, tokenizer, prompts: list[dict], path: Path, *, max_
     bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), unit="prompt",
                desc="answers (sampled)" if do_sample else "answers", disable=not progress, dynamic_ncols=True)
     start, tokens = time.perf_counter(), 0
-    owed = sum(later(r["prompt"], r["response"]) for r in read_answers(path)) if later is not None else 0.0
-    answered = {flag: sum(r["heldout"] is flag for r in read_answers(path)) for flag in (True, False)}
+    owed = sum(later(r["prompt"], r["response"]) for r in written) if later is not None else 0.0
+    answered = {flag: sum(r["heldout"] is flag for r in written) for flag in (True, False)}
     with path.open("a") as handle:
         for batch in batches:
             over = budget_s is not None and time.perf_counter() - start + owed > budget_s

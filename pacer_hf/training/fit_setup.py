@@ -243,9 +243,9 @@ class FitPlan:
         if self.budget_s is None:
             return None
         share = self._start_mode()
-        answers = max(share - (TRAIN_SHARE + MARGIN) * share - self.fixed_seconds(), 0.05 * share)
-        self.planned = {"answers and tracing": answers, "train": TRAIN_SHARE * share,
-                        "calibrate": self.calibration_seconds(), "speed check": self.speed_seconds()}
+        others = {"train": TRAIN_SHARE * share, "calibrate": self.calibration_seconds(), "speed check": self.speed_seconds()}
+        answers = max(share - MARGIN * share - sum(others.values()), 0.05 * share)
+        self.planned = {"answers and tracing": answers, **others}
         return answers
 
     def _start_mode(self) -> float:
