@@ -321,6 +321,31 @@ def test_a_dtype_tried_for_a_while_leaves_the_model_bit_for_bit_as_it_was(tiny):
     assert target.dtype == torch.float32 and all(torch.equal(v, after[k]) for k, v in before.items())
 
 
+def test_a_dtype_the_hardware_emulates_is_not_timed_in_generate(tiny, monkeypatch):
+    """A dtype whose matrix products run far slower than float32's here (bfloat16 on a CPU without bfloat16
+    instructions) is dropped before any generate call is timed in it; one close to the best is still timed."""
+    from pacer_hf.training import fit_data
+
+    target, _ = tiny
+    seen = []
+    real = target.generate
+    monkeypatch.setattr(target, "generate", lambda *a, **k: (seen.append(target.dtype), real(*a, **k))[1])
+    both = (torch.float32, torch.bfloat16)
+    monkeypatch.setattr(fit_data, "matmul_rates", lambda dtypes, device: {torch.float32: 10.0, torch.bfloat16: 0.5})
+    assert fit_data.fastest_dtype(target, [[1, 2, 3]] * 2, 0, both, new_tokens=2) == torch.float32
+    assert seen == []
+    monkeypatch.setattr(fit_data, "matmul_rates", lambda dtypes, device: {torch.float32: 10.0, torch.bfloat16: 9.0})
+    fit_data.fastest_dtype(target, [[1, 2, 3]] * 2, 0, both, new_tokens=2)
+    assert set(seen) == set(both)
+
+
+def test_matmul_rates_are_positive_per_dtype():
+    from pacer_hf.training.fit_data import matmul_rates
+
+    rates = matmul_rates((torch.float32, torch.bfloat16), "cpu", size=64)
+    assert set(rates) == {torch.float32, torch.bfloat16} and all(r > 0 for r in rates.values())
+
+
 def test_answers_stop_once_their_tracing_would_spend_the_budget(tiny, tokenizer, tmp_path):
     """Each answer written counts what tracing it will cost (`later`) against the answers' budget: with tracing priced
     at the whole budget, answering stops as soon as a held-out and a training batch are in (the minimum a fit needs);
@@ -342,10 +367,28 @@ def test_answers_stop_once_their_tracing_would_spend_the_budget(tiny, tokenizer,
     assert len(again) == len(priced) and len(read_answers(tmp_path / "priced.jsonl")) == len(priced)
 
 
+def test_no_answer_batch_starts_that_would_end_more_than_half_its_cost_past_the_budget(tiny, tokenizer, tmp_path):
+    """A batch costs what the last one did (its answers and their tracing): the next starts only while it would end
+    less than half its cost past the budget, so the stage ends nearest the budget instead of up to a batch past it."""
+    from pacer_hf.training.fit_data import _batches, generate_answers
+
+    target, _ = tiny
+    records = build_prompts(tokenizer, PROMPTS + [f"class Point{i}:\n" for i in range(12)])
+    batches = _batches(records, 2)
+    need = next(k for k in range(1, len(batches)) if len({p["heldout"] for b in batches[:k] for p in b}) == 2)
+    spent = 100.0 * sum(map(len, batches[:need]))  # tracing priced at 100 s an answer; answering itself is quick
+    half = 50.0 * len(batches[need - 1])
+    kwargs = {"max_new_tokens": 4, "batch_size": 2, "do_sample": False, "progress": False, "later": lambda p, r: 100.0}
+    stops = generate_answers(target, tokenizer, records, tmp_path / "a.jsonl", budget_s=spent + half - 10, **kwargs)
+    assert len(stops) == sum(map(len, batches[:need]))
+    goes_on = generate_answers(target, tokenizer, records, tmp_path / "b.jsonl", budget_s=spent + half + 10, **kwargs)
+    assert len(goes_on) == sum(map(len, batches[:need + 1]))
+
+
 def test_the_plan_gives_the_answers_what_tracing_calibration_and_the_speed_check_leave(tiny, tokenizer):
     """The time plan prices tracing per answer token and calibration from forwards timed on this pair: a target whose
-    widest verify or step costs more leaves the answers less of the same budget, and the stages' estimates fill the
-    mode's share but for the margin."""
+    widest verify, step or prompt forward costs more leaves the answers less of the same budget, and the stages'
+    estimates fill the mode's share but for the margin."""
     from pacer_hf.training import fit_setup
 
     target, draft = tiny
@@ -353,7 +396,7 @@ def test_the_plan_gives_the_answers_what_tracing_calibration_and_the_speed_check
     plan = fit_setup.FitPlan.measure(target, draft, records, budget_s=900.0, started=time.perf_counter(), modes=1,
                                      max_new_tokens=16, batch_size=None, device="cpu", max_draft_tokens=8)
     step, widest, draft_step = plan.forward_s
-    assert step > 0 and widest > 0 and draft_step > 0 and plan.trace_s_per_token > 0
+    assert step > 0 and widest > 0 and draft_step > 0 and plan.trace_s_per_token > 0 and plan.call_s > 0
     assert plan.trace_seconds([1] * 30, [2] * 10) == pytest.approx(40 * plan.trace_s_per_token)
 
     def answers(**changes) -> float:
@@ -362,6 +405,7 @@ def test_the_plan_gives_the_answers_what_tracing_calibration_and_the_speed_check
     base = answers()
     assert answers(forward_s=(step, widest * 50, draft_step)) < base
     assert answers(step_s=plan.step_s * 50) < base
+    assert answers(call_s=plan.call_s * 50) < base  # calibration's generate calls and timers fill caches
     fresh = fit_setup.FitPlan(**{**vars(plan), "started": time.perf_counter()})
     fresh.answers_seconds()
     share = fresh.planned["train"] / fit_setup.TRAIN_SHARE

@@ -103,7 +103,13 @@ def fastest_dtype(model, prompts: list[list[int]], pad_id: int, candidates: tupl
                   new_tokens: int = 8) -> torch.dtype:
     """The dtype of `candidates` in which batched generation over `prompts` (the prompt's forward and `new_tokens`
     steps, as the answers run) is fastest here; the model is left as it was (`cast_for_a_while`). On CPUs without
-    bfloat16 units float32 wins; on a GPU or a CPU with bfloat16 matrix instructions bfloat16 usually does."""
+    bfloat16 units float32 wins; on a GPU or a CPU with bfloat16 matrix instructions bfloat16 usually does.
+    A dtype whose matrix products run at under half the best one's rate (`matmul_rates`) is not timed in generate:
+    on a CPU that emulates bfloat16 that run alone took minutes of a fit's budget."""
+    rates = matmul_rates(candidates, model.device)
+    candidates = tuple(dtype for dtype in candidates if rates[dtype] >= 0.5 * max(rates.values()))
+    if len(candidates) == 1:
+        return candidates[0]
     ids, mask = left_padded(prompts, pad_id, model.device)
 
     def run():
@@ -116,6 +122,18 @@ def fastest_dtype(model, prompts: list[list[int]], pad_id: int, candidates: tupl
             run()  # warm-up
             seconds[dtype] = timed(run, model.device)[0]
     return min(seconds, key=seconds.get)
+
+
+def matmul_rates(dtypes: tuple[torch.dtype, ...], device: torch.device | str, size: int = 512,
+                 repeats: int = 2) -> dict[torch.dtype, float]:
+    """Products of two `size` x `size` matrices per second in each dtype on `device` (the best of `repeats`, after
+    one untimed): a cheap first look at which dtypes the hardware runs natively."""
+    rates = {}
+    for dtype in dtypes:
+        a = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=dtype)
+        torch.mm(a, a)
+        rates[dtype] = 1.0 / min(timed(lambda a=a: torch.mm(a, a), device)[0] for _ in range(repeats))
+    return rates
 
 
 @contextlib.contextmanager
@@ -156,10 +174,10 @@ def answer_batch(target, prompts: list[list[int]], max_new_tokens: int, pad_id: 
 def generate_answers(target, tokenizer, prompts: list[dict], path: Path, *, max_new_tokens: int, batch_size: int,
                      budget_s: float | None, do_sample: bool, progress: bool = True,
                      later: Callable[[list[int], list[int]], float] | None = None) -> list[dict]:
-    """Append the target's answers to `prompts` to `path` (resumable: prompts already there are skipped); stop
-    starting batches once `budget_s` seconds are spent (one held-out and one training batch are always answered),
-    counting for each answer written what `later(prompt, response)` says the stages after it will spend on it.
-    Returns every answer in the file."""
+    """Append the target's answers to `prompts` to `path` (resumable: prompts already there are skipped); start no
+    batch that would end more than half its cost past `budget_s` (the last batch's cost; one held-out and one training
+    batch are always answered), counting for each answer written what `later(prompt, response)` says the stages after
+    it will spend on it. Returns every answer in the file."""
     written = read_answers(path)
     done = {r["key"] for r in written}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -171,16 +189,17 @@ def generate_answers(target, tokenizer, prompts: list[dict], path: Path, *, max_
     batches = _batches(todo, batch_size)
     bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), unit="prompt",
                desc="answers (sampled)" if do_sample else "answers", disable=not progress, dynamic_ncols=True)
-    start, tokens = time.perf_counter(), 0
+    start, tokens, last = time.perf_counter(), 0, 0.0
     owed = sum(later(r["prompt"], r["response"]) for r in written) if later is not None else 0.0
     answered = {flag: sum(r["heldout"] is flag for r in written) for flag in (True, False)}
     with path.open("a") as handle:
         for batch in batches:
-            over = budget_s is not None and time.perf_counter() - start + owed > budget_s
+            over = budget_s is not None and time.perf_counter() - start + owed + last / 2 > budget_s
             if over and all(answered.values()):  # a held-out and a training batch at least, whatever the budget
                 break
             for p in batch:
                 answered[p["heldout"]] += 1
+            began, owed_before = time.perf_counter(), owed
             if do_sample:
                 torch.manual_seed(int(_digest(batch[0]["key"]), 16) % (1 << 31))
             for prompt, answer in zip(batch, answer_batch(target, [p["prompt"] for p in batch], max_new_tokens,
@@ -190,6 +209,7 @@ def generate_answers(target, tokenizer, prompts: list[dict], path: Path, *, max_
                 owed += later(prompt["prompt"], answer["response"]) if later is not None else 0.0
             handle.flush()
             os.fsync(handle.fileno())
+            last = time.perf_counter() - began + owed - owed_before
             bar.update(len(batch))
             bar.set_postfix(tokens=tokens, tok_s=f"{tokens / max(time.perf_counter() - start, 1e-9):.0f}")
     bar.close()

@@ -27,6 +27,8 @@ STATE = "fit_state.json"
 TRAIN_SHARE, MARGIN = 0.10, 0.04
 LOOP_CALLS = 9  # generate calls of `fit_calibrate.LOOP_TOKENS` tokens calibration times (fixed γ = 1..8 and plain)
 LOOP_WARMUP_TOKENS = 90  # the untimed warm-up calls' tokens before them
+LOOP_PREFILLS = (22, 18)  # generate calls calibration makes in all (warm-ups and one-token setup calls included),
+# and those of them with the draft, each paying the call's setup and a 128-token prompt's forward
 SPEED_STEPS = 10  # target steps per held-out prompt and new token the speed check takes (7 settings, a warm-up, HF's)
 
 
@@ -174,6 +176,7 @@ class FitPlan:
     max_draft_tokens: int = 24
     forward_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # cached forwards: a target step, the widest verify, a draft step
     trace_s_per_token: float = 0.0  # tracing's forward per answer, per token of prompt and answer it covers
+    call_s: float = 0.0  # a one-token generate call on a 128-token prompt: the call's setup and the prompt's forward
     done: int = 0
     mode_end: float | None = None
     dtypes: dict = field(default_factory=dict)
@@ -197,7 +200,7 @@ class FitPlan:
         return cls(budget_s, started, modes, max((nine - one) / 8, 1e-4), batch_size or (32 if device == "cuda" else 8),
                    sum(r["heldout"] for r in records), max_new_tokens, int(draft.get_output_embeddings().in_features),
                    (torch.float32, torch.bfloat16), hardware, max_draft_tokens, forwards,
-                   trace_seconds_per_token(target, draft, records[0]["prompt"], max_new_tokens))
+                   trace_seconds_per_token(target, draft, records[0]["prompt"], max_new_tokens), one)
 
     def trace_seconds(self, prompt: list[int], response: list[int]) -> float:
         """What tracing one answer will cost (`collect_along_answers`, one forward over it)."""
@@ -205,15 +208,19 @@ class FitPlan:
 
     def calibration_seconds(self) -> float:
         """What `fit_calibrate.calibrate_here` takes: its cost passes (a step, a draft step and every verify width up
-        to the widest, each verify priced on the line between a step and the widest), then a generate call per fixed
-        γ and plain decoding (`LOOP_CALLS`), each token at about a target step and a draft step."""
+        to the widest, each verify priced on the line between a step and the widest, each width's timer first filling
+        a 128-token cache), then a generate call per fixed γ and plain decoding (`LOOP_CALLS`), each token at about a
+        target step and a draft step, and every call's setup and prompt forward (`LOOP_PREFILLS`, the draft's priced
+        at its step's share of the target's)."""
         from . import fit_calibrate
 
         step, widest, draft = self.forward_s
         k = max(16, self.max_draft_tokens)
         verifies = k * step + (widest - step) * (k + 1) / 2
-        passes = (fit_calibrate.COST_REPEATS + 1) * (step + draft + verifies)
-        return passes + (LOOP_CALLS * fit_calibrate.LOOP_TOKENS + LOOP_WARMUP_TOKENS) * (self.step_s + draft)
+        passes = (fit_calibrate.COST_REPEATS + 1) * (step + draft + verifies) + (k + 2) * self.call_s
+        calls, drafted = LOOP_PREFILLS
+        prefills = (calls + drafted * draft / max(step, 1e-9)) * self.call_s
+        return passes + prefills + (LOOP_CALLS * fit_calibrate.LOOP_TOKENS + LOOP_WARMUP_TOKENS) * (self.step_s + draft)
 
     def _left(self) -> float:
         return self.budget_s - (time.perf_counter() - self.started)
