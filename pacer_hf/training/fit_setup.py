@@ -176,7 +176,7 @@ class FitPlan:
     max_draft_tokens: int = 24
     forward_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # cached forwards: a target step, the widest verify, a draft step
     trace_s_per_token: float = 0.0  # tracing's forward per answer, per token of prompt and answer it covers
-    call_s: float = 0.0  # a one-token generate call on a 128-token prompt: the call's setup and the prompt's forward
+    call_s: float = 0.0  # a one-token generate call on the first prompt's last 128 tokens: setup and prompt forward
     done: int = 0
     mode_end: float | None = None
     dtypes: dict = field(default_factory=dict)
