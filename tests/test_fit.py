@@ -77,7 +77,8 @@ def test_fit_from_folders_writes_a_card_and_decides_exactly(folders, tokenizer, 
     assert "held-out AUC" in card and "sd-fixed-4" in card and "expected_gain" in card
     metrics = json.loads((out / "pacer_metrics.json").read_text())
     assert metrics["training"]["answers"] == len(prompts) and metrics["evaluation"]["held-out AUC"] == report["auc"]
-    assert set(metrics["training"]["stage plan seconds"]) == {"answers and tracing", "train", "calibrate", "speed check"}
+    stages = {"answers, tracing and training", "training setup", "calibrate", "speed check"}
+    assert set(metrics["training"]["stage plan seconds"]) == stages
     loaded = pacer_hf.load_preverifier(str(out))
     target = AutoModelForCausalLM.from_pretrained(target_dir).eval()
     draft = AutoModelForCausalLM.from_pretrained(draft_dir).eval()
@@ -386,9 +387,9 @@ def test_no_answer_batch_starts_that_would_end_more_than_half_its_cost_past_the_
 
 
 def test_the_plan_gives_the_answers_what_tracing_calibration_and_the_speed_check_leave(tiny, tokenizer):
-    """The time plan prices tracing per answer token and calibration from forwards timed on this pair: a target whose
-    widest verify, step or prompt forward costs more leaves the answers less of the same budget, and the stages'
-    estimates fill the mode's share but for the margin."""
+    """The time plan prices tracing and training per answer token and calibration from forwards timed on this pair: a
+    target whose widest verify, step or prompt forward costs more leaves the answers less of the same budget, and the
+    stages' estimates fill the mode's share but for the margin."""
     from pacer_hf.training import fit_setup
 
     target, draft = tiny
@@ -398,6 +399,9 @@ def test_the_plan_gives_the_answers_what_tracing_calibration_and_the_speed_check
     step, widest, draft_step = plan.forward_s
     assert step > 0 and widest > 0 and draft_step > 0 and plan.trace_s_per_token > 0 and plan.call_s > 0
     assert plan.trace_seconds([1] * 30, [2] * 10) == pytest.approx(40 * plan.trace_s_per_token)
+    assert plan.train_step_s > 0  # training is priced per answer token: one round each at most, every epoch
+    training = plan.after_answer([1] * 30, [2] * 10) - plan.trace_seconds([1] * 30, [2] * 10)
+    assert training == pytest.approx(10 * (8 + 5) / 64 * plan.train_step_s)
 
     def answers(**changes) -> float:
         return fit_setup.FitPlan(**{**vars(plan), "started": time.perf_counter(), **changes}).answers_seconds()
@@ -408,6 +412,5 @@ def test_the_plan_gives_the_answers_what_tracing_calibration_and_the_speed_check
     assert answers(call_s=plan.call_s * 50) < base  # calibration's generate calls and timers fill caches
     fresh = fit_setup.FitPlan(**{**vars(plan), "started": time.perf_counter()})
     fresh.answers_seconds()
-    share = fresh.planned["train"] / fit_setup.TRAIN_SHARE
-    assert share == pytest.approx(900.0, rel=1e-3)
-    assert sum(fresh.planned.values()) == pytest.approx(share * (1 - fit_setup.MARGIN), rel=1e-6)
+    assert fresh.planned["training setup"] == fit_setup.TRAIN_SETUP_S  # not a share: the rows are priced per answer
+    assert sum(fresh.planned.values()) == pytest.approx(900.0 * (1 - fit_setup.MARGIN), rel=1e-3)

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from ..modeling_pacer import PacerPreVerifier
 from .fit_data import build_prompts, cast_for_a_while, fastest_dtype, generate_answers, read_answers
 from .fit_setup import FitPlan, check_arguments, load_models, open_work, resolve_device
-from .fit_train import step_seconds, train_candidates
+from .fit_train import train_candidates
 
 DECODINGS = ("greedy", "sampling", "both")
 
@@ -108,7 +108,7 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
         with cast_for_a_while(target, answer_dtype):
             generate_answers(target, tokenizer, records, path, max_new_tokens=max_new_tokens,
                              batch_size=plan.batch_size, budget_s=plan.answers_seconds(),
-                             do_sample=mode == "sampling", progress=progress, later=plan.trace_seconds)
+                             do_sample=mode == "sampling", progress=progress, later=plan.after_answer)
         state[f"answers-{mode}"] = str(answer_dtype).removeprefix("torch.")
         work.save(state)
     plan.dtypes[mode] = state[f"answers-{mode}"]
@@ -137,7 +137,7 @@ def _fit_one(target, draft, tokenizer, records, mode: str, work, state, plan, na
 
     candidates, runs = train_candidates(
         traces["train"], traces["heldout"], work.path, mode, default=default_preverifier(mode == "sampling"),
-        seconds=plan.train_seconds(), step_seconds_fresh=step_seconds(max_draft_tokens, plan.draft_hidden, device=device),
+        seconds=plan.train_seconds(), step_seconds_fresh=plan.train_step_s,
         max_draft_tokens=max_draft_tokens, seed=seed, progress=progress, device=device)
     seconds["train"] = seconds.get("train", 0) + round(time.perf_counter() - clock, 1)
     stages.update()

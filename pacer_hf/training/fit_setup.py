@@ -1,9 +1,9 @@
 """`fit_preverifier`'s setup: argument checks, loading the pair, the work folder, and the time plan.
 
 The plan turns a budget into stage sizes from speeds measured here: calibration is priced from a target step, the
-widest verify and a draft step, the speed check from target steps, training gets a share, and the target's answers
-(the data) get what is left, each answer counted with what tracing it will cost (the forward tracing runs per
-answer, timed here), so that the whole call ends near the budget.
+widest verify and a draft step, the speed check from target steps, and the target's answers (the data) get what is
+left, each answer counted with what tracing and training will cost for it (the forward tracing runs per answer and an
+optimizer step, both timed here), so that the whole call ends near the budget.
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ from ..cheap_draft import CHEAP_DRAFT_FILE, apply_cheap_draft, cheapened
 from ..costs import cached_forward_timer, fastest, processor_name, timed
 from ..loading import DTYPES, check_pair
 from ..loops.draft_forwards import draft_step_timer
+from .fit_train import TRAIN_BATCH_SIZE, TRAINED_EPOCHS, step_seconds
 
 WORK = "fit-work"
 STATE = "fit_state.json"
-TRAIN_SHARE, MARGIN = 0.10, 0.04
+MARGIN = 0.04
+TRAIN_SETUP_S = 5.0  # training's fixed part: loading and preparing the rounds, two Trainers, evaluation, saving
+TRAIN_MOST = 0.20  # of a mode's budget, the most training may take when the other stages leave it the time
 LOOP_CALLS = 9  # generate calls of `fit_calibrate.LOOP_TOKENS` tokens calibration times (fixed γ = 1..8 and plain)
 LOOP_WARMUP_TOKENS = 90  # the untimed warm-up calls' tokens before them
 LOOP_PREFILLS = (22, 18)  # generate calls calibration makes in all (warm-ups and one-token setup calls included),
@@ -177,6 +180,7 @@ class FitPlan:
     forward_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # cached forwards: a target step, the widest verify, a draft step
     trace_s_per_token: float = 0.0  # tracing's forward per answer, per token of prompt and answer it covers
     call_s: float = 0.0  # a one-token generate call on the first prompt's last 128 tokens: setup and prompt forward
+    train_step_s: float = 0.0  # one optimizer step of a fresh pre-verifier (`fit_train.step_seconds`)
     done: int = 0
     mode_end: float | None = None
     dtypes: dict = field(default_factory=dict)
@@ -197,14 +201,25 @@ class FitPlan:
         forwards = tuple(fastest(timer, 2) for timer in (
             cached_forward_timer(target, 1, 128, logits_to_keep=1), cached_forward_timer(target, widest, 128),
             draft_step_timer(draft, 128)))
+        hidden = int(draft.get_output_embeddings().in_features)
         return cls(budget_s, started, modes, max((nine - one) / 8, 1e-4), batch_size or (32 if device == "cuda" else 8),
-                   sum(r["heldout"] for r in records), max_new_tokens, int(draft.get_output_embeddings().in_features),
-                   (torch.float32, torch.bfloat16), hardware, max_draft_tokens, forwards,
-                   trace_seconds_per_token(target, draft, records[0]["prompt"], max_new_tokens), one)
+                   sum(r["heldout"] for r in records), max_new_tokens, hidden, (torch.float32, torch.bfloat16),
+                   hardware, max_draft_tokens, forwards,
+                   trace_seconds_per_token(target, draft, records[0]["prompt"], max_new_tokens), one,
+                   step_seconds(max_draft_tokens, hidden, device=device))
 
     def trace_seconds(self, prompt: list[int], response: list[int]) -> float:
         """What tracing one answer will cost (`collect_along_answers`, one forward over it)."""
         return self.trace_s_per_token * (len(prompt) + len(response))
+
+    def train_seconds_for(self, response: list[int]) -> float:
+        """What training will spend on one answer's rounds: at most one round per answer token (each round keeps at
+        least one), every epoch of both candidates that train (`fit_train.TRAINED_EPOCHS`)."""
+        return len(response) * TRAINED_EPOCHS / TRAIN_BATCH_SIZE * self.train_step_s
+
+    def after_answer(self, prompt: list[int], response: list[int]) -> float:
+        """What the stages after the answers will spend on this one (`generate_answers` counts it as it writes)."""
+        return self.trace_seconds(prompt, response) + self.train_seconds_for(response)
 
     def calibration_seconds(self) -> float:
         """What `fit_calibrate.calibrate_here` takes: its cost passes (a step, a draft step and every verify width up
@@ -245,14 +260,15 @@ class FitPlan:
         return self.calibration_seconds() + self.speed_seconds()
 
     def answers_seconds(self) -> float | None:
-        """What this mode's answers and their tracing may take (`generate_answers` counts each answer's
-        `trace_seconds` against it): its share of what is left, less the other stages' estimates."""
+        """What this mode's answers, their tracing and their training may take (`generate_answers` counts each
+        answer's `after_answer` against it): its share of what is left, less the other stages' estimates."""
         if self.budget_s is None:
             return None
         share = self._start_mode()
-        others = {"train": TRAIN_SHARE * share, "calibrate": self.calibration_seconds(), "speed check": self.speed_seconds()}
+        others = {"training setup": TRAIN_SETUP_S, "calibrate": self.calibration_seconds(),
+                  "speed check": self.speed_seconds()}
         answers = max(share - MARGIN * share - sum(others.values()), 0.05 * share)
-        self.planned = {"answers and tracing": answers, **others}
+        self.planned = {"answers, tracing and training": answers, **others}
         return answers
 
     def _start_mode(self) -> float:
@@ -267,7 +283,7 @@ class FitPlan:
         if self.mode_end is None:  # a resumed fit whose answers were already done
             self._start_mode()
         left = self.mode_end - time.perf_counter() - self.fixed_seconds() - MARGIN * self.budget_s / self.modes
-        return max(min(left, 2 * TRAIN_SHARE * self.budget_s / self.modes), 5.0)
+        return max(min(left, TRAIN_MOST * self.budget_s / self.modes), TRAIN_SETUP_S)
 
     def speed_prompts(self, prompts: list[list[int]]) -> tuple[list[list[int]], int]:
         count, tokens = self.speed_size()

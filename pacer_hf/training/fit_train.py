@@ -30,6 +30,9 @@ from .train import PacerTrainer, TraceCollator, auc_ece, build_preverifier, pred
 
 FINE_TUNE_LEARNING_RATE = 3e-4  # a tenth of a fresh start's would barely move it; 1e-3 forgets more
 FINE_TUNE_EPOCHS = 5.0
+FRESH_EPOCHS = 8.0  # the most a fresh start trains; fewer when its time share is short (`epochs_for`)
+TRAINED_EPOCHS = FRESH_EPOCHS + FINE_TUNE_EPOCHS  # epochs over the rounds, both candidates that train together
+TRAIN_BATCH_SIZE = 64
 CANDIDATES = ("fresh", "default", "as-is")  # "default": fine-tuned; "as-is": untrained
 
 
@@ -51,7 +54,7 @@ class TimeLimit(TrainerCallback):
 
 def train_with_checkpoints(train_set, eval_set, manifest: dict, output_dir: Path, *, epochs: float,
                            seconds: float | None, max_draft_tokens: int, decoding: str, seed: int = 0,
-                           batch_size: int = 64, learning_rate: float = 1e-3, checkpoint_every: int = 50,
+                           batch_size: int = TRAIN_BATCH_SIZE, learning_rate: float = 1e-3, checkpoint_every: int = 50,
                            progress: bool = True, device: str = "cpu",
                            start: PacerPreVerifier | None = None) -> tuple[PacerPreVerifier, dict]:
     """Train a fresh pre-verifier (or fine-tune `start`) on `train_set` (prepared rounds of the traces `manifest`
@@ -151,7 +154,8 @@ def train_candidates(train_traces: Path, eval_traces: Path, work: Path, mode: st
     return candidates, runs
 
 
-def epochs_for(rows: int, seconds: float | None, step_seconds: float, batch_size: int = 64, most: float = 8.0) -> float:
+def epochs_for(rows: int, seconds: float | None, step_seconds: float, batch_size: int = TRAIN_BATCH_SIZE,
+               most: float = FRESH_EPOCHS) -> float:
     """Epochs that fit `seconds` at `step_seconds` per optimizer step (at least one, at most `most`; None: `most`)."""
     if seconds is None:
         return most
@@ -159,7 +163,8 @@ def epochs_for(rows: int, seconds: float | None, step_seconds: float, batch_size
     return float(np.clip(steps / max(1, math.ceil(rows / batch_size)), 1.0, most))
 
 
-def step_seconds(max_draft_tokens: int, hidden_size: int, batch_size: int = 64, device: str = "cpu") -> float:
+def step_seconds(max_draft_tokens: int, hidden_size: int, batch_size: int = TRAIN_BATCH_SIZE,
+                 device: str = "cpu") -> float:
     """Seconds of one optimizer step of a fresh pre-verifier on random rounds of this shape (median of 5)."""
     from ..configuration_pacer import PacerConfig
 
