@@ -48,7 +48,7 @@ def check_arguments(*, decoding, budget_s, max_draft_tokens, max_new_tokens, pus
     if not (isinstance(max_new_tokens, int) and max_new_tokens >= 8):
         raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 8 (the answers' length cap).")
     if batch_size is not None and not (isinstance(batch_size, int) and batch_size >= 1):
-        raise ValueError(f"batch_size={batch_size!r} must be a positive integer, or None (8 on CPU, 32 on CUDA).")
+        raise ValueError(f"batch_size={batch_size!r} must be a positive integer, or None (16 on CPU, 32 on CUDA).")
     if push_to_hub is not None:
         if output_dir is None:
             raise ValueError("push_to_hub= needs output_dir= (the folder that is published).")
@@ -202,7 +202,7 @@ class FitPlan:
             cached_forward_timer(target, 1, 128, logits_to_keep=1), cached_forward_timer(target, widest, 128),
             draft_step_timer(draft, 128)))
         hidden = int(draft.get_output_embeddings().in_features)
-        return cls(budget_s, started, modes, max((nine - one) / 8, 1e-4), batch_size or (32 if device == "cuda" else 8),
+        return cls(budget_s, started, modes, max((nine - one) / 8, 1e-4), batch_size or (32 if device == "cuda" else 16),
                    sum(r["heldout"] for r in records), max_new_tokens, hidden, (torch.float32, torch.bfloat16),
                    hardware, max_draft_tokens, forwards,
                    trace_seconds_per_token(target, draft, records[0]["prompt"], max_new_tokens), one,
