@@ -37,6 +37,11 @@ class PacerConfig(PretrainedConfig):
             sending them all: under `"expected_gain"` the prefix with the best expected rate under the costs
             (the drafting paid), else the failed block cut at `trim_cutoff`. Never exact for sampling, so generate
             refuses it there.
+        trim_first_block (`bool`): greedy calls under `"expected_gain"` with measured costs: a round the rule stops
+            at its first block proposes that block's best prefix, none included, so where a narrow verify costs
+            more than a plain step (two target steps for two tokens on some CPUs) a doubtful round ends with a plain
+            step. Only the first block: a longer round is sent whole, as stop-only sends it. Sampled calls always
+            send what they drafted (exact), whatever this says.
         trim_cutoff (`float`): with `trim_failed_block` and a threshold rule, a failed block keeps its tokens up
             to the first one whose predicted acceptance probability is below this.
         reject_weight (`float`): loss weight of the reject class (label 0) in training.
@@ -71,6 +76,7 @@ class PacerConfig(PretrainedConfig):
         decision_rule: str = "block",
         input_mode: str = "both",
         trim_failed_block: bool = False,
+        trim_first_block: bool = True,
         trim_cutoff: float = 0.5,
         reject_weight: float = 1.0,
         draft_model: str | None = None,
@@ -111,6 +117,7 @@ class PacerConfig(PretrainedConfig):
         self.decision_rule = decision_rule
         self.input_mode = input_mode
         self.trim_failed_block = trim_failed_block
+        self.trim_first_block = bool(trim_first_block)
         self.trim_cutoff = float(trim_cutoff)
         self.reject_weight = reject_weight
         self.draft_model = draft_model

@@ -188,3 +188,41 @@ def test_sampling_matches_target_distribution(sampling_pair, name):
     assert 0 < sum(accepted), "drafts must be partly accepted for the test to mean much"
     assert goodness_of_fit(first, p1) > 1e-3
     assert goodness_of_fit(joint, p12) > 1e-3
+
+
+# Round costs (k = 0, 1, ... proposed tokens, in plain steps) where a 1-token verify costs two steps, as on the Zen 3
+# EPYC's curve, and where it costs one, as on the Intel Xeon's.
+DEAR_SHORT_VERIFY = [1.0, 2.2, 3.1, 2.9, 3.3, 3.5, 3.8, 4.0, 4.2]
+CHEAP_SHORT_VERIFY = [1.0, 1.02, 1.05, 1.9, 2.0, 2.1, 2.2, 2.3, 2.4]
+PREVERIFIER_CASES = {name: case for name, case in CASES.items()
+                     if not isinstance(config_of(case), pacer_hf.LookupConfig) and config_of(case).use_preverifier}
+
+
+@pytest.mark.parametrize("case", PREVERIFIER_CASES.values(), ids=PREVERIFIER_CASES.keys())
+def test_first_block_trim_follows_the_curve_and_stays_exact(pair, case):
+    """`trim_first_block` (the default): a greedy round the expected-gain rule stops at its first block proposes
+    nothing where a 1-token verify costs more than a plain step, and proposes the block where it does not; sampled
+    calls send what they drafted. Greedy output is the target's either way."""
+    target, draft = pair("llama", "noisy")
+    calibration = {"draft_cost": 0.0, "verify_cost": DEAR_SHORT_VERIFY, "round_overhead": 0.0}
+    trimmed = {}
+    with strategy_ready(draft, case, target, block_size=1, decision_rule="expected_gain", calibration=calibration,
+                        max_draft_tokens=8, seed=3):
+        with torch.no_grad():  # doubtful predictions: rounds that stop at their first block
+            draft._pacer_preverifier.head.bias -= 2.5
+        for name, curve in (("dear", DEAR_SHORT_VERIFY), ("cheap", CHEAP_SHORT_VERIFY)):
+            trimmed[name] = 0
+            for seed in range(3):
+                ids = prompt(seed=seed)
+                out = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=draft, pacer=case,
+                                      pacer_costs=curve)
+                assert torch.equal(out, plain_greedy(target, ids, max_new_tokens=24)), (name, seed)
+                stats = pacer_hf.last_stats(target)
+                assert set(stats.trimmed.values()) <= {1}, stats.trimmed  # only a first block (1 token) is dropped
+                trimmed[name] += len(stats.trimmed)
+        target.generate(prompt(seed=0), max_new_tokens=24, do_sample=True, assistant_model=draft, pacer=case,
+                        pacer_costs=DEAR_SHORT_VERIFY)
+        assert not pacer_hf.last_stats(target).trimmed, "a sampled round must send what it drafted"
+    assert trimmed["cheap"] == 0
+    if not isinstance(config_of(case), pacer_hf.PearlConfig):  # PEARL does not record what it trimmed
+        assert trimmed["dear"] > 0, "some round stopped at its first block should have become a plain step"

@@ -37,6 +37,7 @@ from ..costs.curve import extrapolate
 from ..modeling_pacer import (
     PacerPreVerifier,
     acceptance_probability,
+    best_prefix,
     calibrated_round_time,
     loop_features,
     rows_continue,
@@ -67,11 +68,13 @@ class PacerStopRule:
     """The pre-verifier deciding, after every `block_size` drafted tokens, whether the next block is worth drafting.
 
     Stop-only: a failed block is still verified (exact under sampling). With `trim_failed_block` (greedy only) a
-    stopped round proposes a prefix instead, and `self.trim` says how many tokens to drop. `costs`: measured round
+    stopped round proposes a prefix instead, and `self.trim` says how many tokens to drop; a `greedy` call with
+    `trim_first_block` (the default) does so only for a round stopped at its first block. `costs`: measured round
     costs (expected gain); None: the stored calibration."""
 
     def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None,
-                 draft_device: torch.device | None = None, recent: RecentAcceptance | None = None):
+                 draft_device: torch.device | None = None, recent: RecentAcceptance | None = None,
+                 greedy: bool = False):
         self.preverifier, self.costs, self.stats = preverifier.eval(), costs, stats
         self.block_size = preverifier.config.block_size
         on_cpu = draft_device is None or torch.device(draft_device).type == "cpu"
@@ -87,6 +90,9 @@ class PacerStopRule:
         config = preverifier.config
         expected_gain = config.decision_rule == "expected_gain"
         self.trims = expected_gain and config.trim_failed_block  # greedy only: a stopped round's best prefix
+        # greedy calls: a round stopped at its first block proposes the block's best prefix, none included
+        self.trims_first = (expected_gain and greedy and not self.trims and costs is not None
+                            and getattr(config, "trim_first_block", True))
         # the expected-gain rule under measured costs, compiled beside the scorer (`decide` otherwise)
         self.compiled_rule = self.scorer is not None and expected_gain
         self.unjudged: float | None = None  # a round trimmed to nothing: its first token's predicted acceptance
@@ -221,14 +227,23 @@ class PacerStopRule:
         if done and self.compiled_rule and self.round_costs is not None:
             per_token = self.round_costs["draft_cost"] if self.trims else -1.0
             stop = not self.scorer.continues(self.seconds_by_length, self.block_size, per_token)
-            if stop and self.trims:
+            if stop and (self.trims or self._first_block()):
+                per_token = self.round_costs["draft_cost"]
                 self.trim = len(self.token_logits) - self.scorer.best_prefix(self.seconds_by_length, per_token)
         elif done:
             stop, self.trim = self.preverifier.decide(self.token_logits, self.round_costs)
+            if stop and self._first_block():
+                probs = [acceptance_probability(z) for z in self.token_logits]
+                self.trim = len(probs) - best_prefix(probs, self.round_costs)
         if stop and self.trim == len(self.token_logits):
             self.unjudged = acceptance_probability(self.token_logits[0])
         self.stats.preverifier_seconds += self._seconds(start)
         return stop
+
+    def _first_block(self) -> bool:
+        """Whether a stop now may propose a prefix of the first block (`trim_first_block`, greedy): where a narrow
+        verify costs more than a plain step, the round that doubts its first block is cheaper as a plain step."""
+        return self.trims_first and self.round_costs is not None and len(self.token_logits) == self.block_size
 
     def _seconds(self, start: float) -> float:
         """The rule's own time since `start`: on the graph path its host work and the graphs' device time, not the
@@ -396,4 +411,5 @@ def stop_rule_for(context, stats: PacerStats, max_tokens: int) -> PacerStopRule 
         stats.use_costs(costs)
     draft_device = context.draft.device if context.draft is not None else None
     recent = recent_acceptance_for(context.model, context.draft, context.do_sample)
-    return PacerStopRule(preverifier, stats, costs, draft_device=draft_device, recent=recent)
+    return PacerStopRule(preverifier, stats, costs, draft_device=draft_device, recent=recent,
+                         greedy=not context.do_sample)
