@@ -40,8 +40,8 @@ class PacerConfig(PretrainedConfig):
         trim_first_block (`bool`): greedy calls under `"expected_gain"` with measured costs: a round the rule stops
             at its first block proposes that block's best prefix, none included, so where a narrow verify costs
             more than a plain step (two target steps for two tokens on some CPUs) a doubtful round ends with a plain
-            step. Only the first block: a longer round is sent whole, as stop-only sends it. Sampled calls always
-            send what they drafted (exact), whatever this says.
+            step. Only the first block: a longer round is sent whole, as stop-only sends it. Sampled calls and the
+            batched loop's rows send what they drafted, whatever this says.
         trim_cutoff (`float`): with `trim_failed_block` and a threshold rule, a failed block keeps its tokens up
             to the first one whose predicted acceptance probability is below this.
         reject_weight (`float`): loss weight of the reject class (label 0) in training.

@@ -1,17 +1,12 @@
 """Pacer's stop rule, in one place: how a drafted block is scored, which costs decide, the decision, the round's record.
 
-Every loop that drafts with a pre-verifier runs it through here: the single-row drafting loop (`draft_loop.py`, which
-PEARL, Ouroboros and prompt lookup with a draft reuse) through `PacerStopRule`, the batched loop through
-`BatchStopRule`; single-row generators record their rounds with `RoundRecord`. The scoring path is chosen once per
-call from where the draft's tensors live: on CPU the compiled numba scorer, token by token (`preverifier_kernel.py`);
-on CUDA with the pre-verifier there, the block's features and layer replayed as one CUDA graph
-(`block_scorer.GraphBlockScorer`); elsewhere the torch forward, block by block (`block_scorer.BlockScorer`).
-The decision is `PacerPreVerifier.decide` on the host, given the costs this module is told to use: the round costs
-measured where the call runs (`RoundCosts`, probe plus online refit), a batch's own clock (`BatchClock`), or, said
-explicitly, the pre-verifier's stored calibration. Whether a round drafts at all, and the online calibration of a
-pre-verifier trained on other pairs, read what the rule keeps of the pair between calls (`recent_acceptance.py`).
+Every loop that drafts with a pre-verifier runs it through here: the single-row drafting loop (`draft_loop.py`, reused
+by PEARL, Ouroboros and prompt lookup with a draft) through `PacerStopRule`, the batched loop through `BatchStopRule`.
+The scoring path follows where the draft's tensors live: the compiled numba scorer on CPU (`preverifier_kernel.py`),
+one CUDA graph per block on CUDA (`block_scorer.GraphBlockScorer`), the torch forward elsewhere. The decision reads the
+round costs measured where the call runs (`RoundCosts`), a batch's own clock (`BatchClock`) or, said explicitly, the
+stored calibration; whether a round drafts at all reads what is kept of the pair between calls (`recent_acceptance.py`).
 """
-
 from __future__ import annotations
 
 import hashlib
@@ -66,11 +61,9 @@ def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, 
 
 class PacerStopRule:
     """The pre-verifier deciding, after every `block_size` drafted tokens, whether the next block is worth drafting.
-
-    Stop-only: a failed block is still verified (exact under sampling). With `trim_failed_block` (greedy only) a
-    stopped round proposes a prefix instead, and `self.trim` says how many tokens to drop; a `greedy` call with
-    `trim_first_block` (the default) does so only for a round stopped at its first block. `costs`: measured round
-    costs (expected gain); None: the stored calibration."""
+    Stop-only, a failed block is still verified (exact under sampling); with `trim_failed_block` (greedy only) a stopped
+    round proposes a prefix, `self.trim` the tokens dropped; a `greedy` call with `trim_first_block` (the default) does
+    so only for a round stopped at its first block. `costs`: measured round costs (expected gain); None: calibration."""
 
     def __init__(self, preverifier: PacerPreVerifier, stats: PacerStats, costs: RoundCosts | None = None,
                  draft_device: torch.device | None = None, recent: RecentAcceptance | None = None,
@@ -114,11 +107,10 @@ class PacerStopRule:
         return "compiled" if self.scorer is not None else self.blocks.path
 
     def end_round(self, accepted: int, drafted: int, target_scores: torch.Tensor) -> None:
-        """What the next round's decisions may read (`config.loop_features`): the round just verified and the
-        target's confidence in the last token it chose (`target_scores`: its scores at that position). A call's
-        opening round drafts right after the prompt, often against a first token the draft could not guess (a chat
-        answer's opening): it counts toward the pair's long-run counts only, not the call's judged tokens or shares,
-        unless the pair is known not to pay (then it is a probe, the evidence asked for)."""
+        """What the next round may read (`config.loop_features`): the round just verified and the target's confidence
+        in its last token (`target_scores`: its scores there). A call's opening round, often against a first token no
+        draft could guess (a chat answer's opening), counts toward the pair's long-run counts only, not the call's
+        judged tokens or shares, unless the pair is known not to pay (then it is a probe, the evidence asked for)."""
         if self.reads_loop:
             self.loop = next_round_loop(self.preverifier, accepted, drafted, target_scores)
         opening = self.rounds_verified == 0 and not (self.costs is not None and self.recent.known_loser(self.costs.seconds()))
@@ -138,19 +130,15 @@ class PacerStopRule:
             self.stats.online_calibration = self.calibration.summary()
 
     def drafts_this_round(self, unread: int = 1, left: int | None = None) -> bool:
-        """Whether this round drafts at all. The pre-verifier decides once tokens are drafted, so a draft that cannot
-        pay would still cost one draft step and a wider verify every round; before drafting, the expected-gain rule
-        under measured costs asks whether any draft length, at the pair's per-token acceptance (`RecentAcceptance`,
-        carried between calls), is expected to beat a plain target step (k tokens accepted in a row, the round's first
-        with the chance of a first token, the others with theirs), and a round that expects none proposes nothing.
-        A call drafts until `MIN_TRIED` of its own tokens were judged after its opening round (one bad round is no
-        evidence, and the opening one is none about the call: `end_round`), unless the pair is `known` not to pay:
-        such a pair starts plain.
-        A probe round drafts anyway, so the estimate follows the text: after `PROBE_EVERY` plain rounds; for a pair
-        known not to pay, after `probe_every` plain rounds (doubled by each unpaid probe, up to `MAX_PROBE_EVERY`)
-        once the draft's catch-up over the `unread` tokens it skipped costs at most `PROBE_SHARE` of those plain
-        rounds' time and of the plain steps the call has `left`. A known pair's rounds must also win back that
-        catch-up within the `left` tokens the call may still generate (`_read_pays`)."""
+        """Whether this round drafts at all: a draft that cannot pay would still cost a draft step and a wider verify
+        every round. Under measured costs the round drafts when some length, at the pair's per-token acceptance
+        (`RecentAcceptance`, kept between calls), is expected to beat a plain target step, and proposes nothing
+        otherwise. A call drafts until `MIN_TRIED` of its own tokens were judged after its opening round (`end_round`)
+        unless the pair is `known` not to pay (then it starts plain). A probe round drafts anyway, so the estimate
+        follows the text: after `PROBE_EVERY` plain rounds; for a known loser after `probe_every` (doubled by each
+        unpaid probe, up to `MAX_PROBE_EVERY`) once the catch-up over the `unread` skipped tokens costs at most
+        `PROBE_SHARE` of those plain rounds and of the `left` steps; a known pair's rounds must also win that catch-up
+        back within `left` tokens (`_read_pays`)."""
         recent = self.recent
         if self.costs is None or self.preverifier.config.decision_rule != "expected_gain":
             return True
@@ -246,17 +234,15 @@ class PacerStopRule:
         return self.trims_first and self.round_costs is not None and len(self.token_logits) == self.block_size
 
     def _seconds(self, start: float) -> float:
-        """The rule's own time since `start`: on the graph path its host work and the graphs' device time, not the
-        wait for the draft's queued kernels that reading a block back also absorbs."""
+        """The rule's own time since `start` (on the graph path: not the wait for the draft's queued kernels)."""
         if self.scorer is None and self.blocks.path == "graph":
             return self.blocks.take_seconds(time.perf_counter() - start)
         return time.perf_counter() - start
 
 
 class RoundRecord:
-    """What a single-row candidate generator records of each round, in one place: the proposal, the verdict, the
-    round's time for the costs that decide (`RoundClock`, when there are any) and, for the stop rule, what the next
-    round may read (`PacerStopRule.end_round`)."""
+    """What a single-row candidate generator records of each round: the proposal, the verdict, the round's time for
+    the costs that decide (`RoundClock`) and what the stop rule's next round may read (`PacerStopRule.end_round`)."""
 
     def __init__(self, stats: PacerStats, stop: PacerStopRule | None = None, costs: RoundCosts | None = None):
         self.stats, self.stop = stats, stop
@@ -344,11 +330,8 @@ def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedMode
                             scorer: bool = True) -> Callable[[], float]:
     """A callable returning the seconds per drafted token of what generation runs for Pacer (`PacerStopRule.add_token`:
     the draft-distribution features over the draft's full vocabulary, the scoring, the decision), over 8-token rounds
-    at block size 1. `scorer=False` scores with the eager torch forward block by block instead of the path generation
-    takes on the draft's device.
-
-    Scoring is per token whatever the block size (the CPU scorer adds one token at a time), so the cost model
-    charges it per drafted token."""
+    at block size 1 (scoring is per token whatever the block size, so the cost model charges it per drafted token).
+    `scorer=False` scores with the eager torch forward block by block instead of the path generation takes."""
     config = preverifier.config.to_dict()
     config.update(block_size=1, decision_rule="block", threshold=0.0, trim_failed_block=False)
     copy = type(preverifier)(type(preverifier.config)(**config)).to(preverifier.device).eval()
