@@ -7,6 +7,7 @@ one CUDA graph per block on CUDA (`block_scorer.GraphBlockScorer`), the torch fo
 round costs measured where the call runs (`RoundCosts`), a batch's own clock (`BatchClock`) or, said explicitly, the
 stored calibration; whether a round drafts at all reads what is kept of the pair between calls (`recent_acceptance.py`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -61,6 +62,7 @@ def next_round_loop(preverifier: PacerPreVerifier, accepted: int, drafted: int, 
 
 class PacerStopRule:
     """The pre-verifier deciding, after every `block_size` drafted tokens, whether the next block is worth drafting.
+
     Stop-only, a failed block is still verified (exact under sampling); with `trim_failed_block` (greedy only) a stopped
     round proposes a prefix, `self.trim` the tokens dropped; a `greedy` call with `trim_first_block` (the default) does
     so only for a round stopped at its first block. `costs`: measured round costs (expected gain); None: calibration."""
