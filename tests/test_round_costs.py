@@ -222,7 +222,7 @@ def test_a_pair_that_did_not_pay_starts_its_next_call_plain():
     draft and decoding mode): once a few calls have shown that the draft does not pay, the next call's first rounds
     draft nothing, so the draft does not even read the prompt; the output is still the target's own. Another draft
     object, or the other decoding mode, starts fresh."""
-    from pacer_hf.loops.stop_rule import recent_acceptance_for
+    from pacer_hf.loops.recent_acceptance import recent_acceptance_for
 
     target = pacer_hf.enable(build_model("llama"))
     draft = build_draft(target, "random")

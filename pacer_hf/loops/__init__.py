@@ -4,7 +4,8 @@
 - `batch_loop.py` + `batch_cache.py`: the same for a left-padded batch, rows rolling back on their own;
 - `draft_loop.py`: the drafting loop (a transformers `CandidateGenerator`);
 - `stop_rule.py`: Pacer's stop rule for every loop (scoring path, costs, decision), with `block_scorer.py` (torch
-  and CUDA-graph scoring) and `preverifier_kernel.py` (compiled CPU scoring);
+  and CUDA-graph scoring) and `preverifier_kernel.py` (compiled CPU scoring); `stop_rule_setup.py` builds a call's
+  rule and measures the costs it reads;
 - `draft_forwards.py` + `lean_draft.py`: the draft's decode step (its own forward, compiled, or lean tensor ops).
 
 What differs between model families (sliding windows, chunked attention, caches that cannot roll back) stays

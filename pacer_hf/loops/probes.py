@@ -1,6 +1,6 @@
 """A pair's cost model for calibration and the benchmark (`measure_costs`), from the drafting loop's own timers: a
 draft step through the forward the loop uses (`draft_forwards.draft_step_timer`) and the stop rule's work per drafted
-token (`stop_rule.preverifier_token_timer`). The timing itself is `pacer_hf.costs` (one loop, one timer)."""
+token (`stop_rule_setup.preverifier_token_timer`). The timing itself is `pacer_hf.costs` (one loop, one timer)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from transformers import PreTrainedModel
 from ..costs import CostModel, cached_forward_timer, interleaved
 from ..modeling_pacer import PacerPreVerifier
 from .draft_forwards import draft_step_timer
-from .stop_rule import preverifier_token_timer
+from .stop_rule_setup import preverifier_token_timer
 
 
 @torch.inference_mode()

@@ -6,48 +6,34 @@ The scoring path follows where the draft's tensors live: the compiled numba scor
 one CUDA graph per block on CUDA (`block_scorer.GraphBlockScorer`), the torch forward elsewhere. The decision reads the
 round costs measured where the call runs (`RoundCosts`), a batch's own clock (`BatchClock`) or, said explicitly, the
 stored calibration; whether a round drafts at all reads what is kept of the pair between calls (`recent_acceptance.py`).
+A call's rule and the measuring of its costs: `stop_rule_setup.py`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
-from transformers import PreTrainedModel
 
-from ..costs import (
-    BatchClock,
-    RoundClock,
-    RoundCosts,
-    cached_probe,
-    fastest,
-    forward_costs,
-    model_key,
-    resolve_costs,
-    timer,
-)
+from ..costs import BatchClock, RoundClock, RoundCosts
 from ..costs.curve import extrapolate
 from ..modeling_pacer import (
     PacerPreVerifier,
     acceptance_probability,
     best_prefix,
-    calibrated_round_time,
     loop_features,
     rows_continue,
 )
 from ..stats import PacerStats
-from .block_scorer import BlockScorer, scorer_for
-from .draft_forwards import draft_step_timer
+from .block_scorer import scorer_for
 from .recent_acceptance import (
     MAX_PROBE_EVERY,
     MIN_TRIED,
     PROBE_EVERY,
     PROBE_SHARE,
     RecentAcceptance,
-    recent_acceptance_for,
     saving_per_token,
 )
 
@@ -213,18 +199,15 @@ class PacerStopRule:
             if done:
                 self.raw_logits = scored[0]
                 self.token_logits = [scale * z + shift for z in self.raw_logits]
-        stop = False
+        stop = trims = False
         if done and self.compiled_rule and self.round_costs is not None:
             per_token = self.round_costs["draft_cost"] if self.trims else -1.0
             stop = not self.scorer.continues(self.seconds_by_length, self.block_size, per_token)
-            if stop and (self.trims or self._first_block()):
-                per_token = self.round_costs["draft_cost"]
-                self.trim = len(self.token_logits) - self.scorer.best_prefix(self.seconds_by_length, per_token)
+            trims = self.trims
         elif done:
-            stop, self.trim = self.preverifier.decide(self.token_logits, self.round_costs)
-            if stop and self._first_block():
-                probs = [acceptance_probability(z) for z in self.token_logits]
-                self.trim = len(probs) - best_prefix(probs, self.round_costs)
+            stop, self.trim = self.preverifier.decide(self.token_logits, self.round_costs)  # `decide` trims itself
+        if stop and (trims or self._first_block()):
+            self.trim = len(self.token_logits) - self._best_prefix()
         if stop and self.trim == len(self.token_logits):
             self.unjudged = acceptance_probability(self.token_logits[0])
         self.stats.preverifier_seconds += self._seconds(start)
@@ -234,6 +217,12 @@ class PacerStopRule:
         """Whether a stop now may propose a prefix of the first block (`trim_first_block`, greedy): where a narrow
         verify costs more than a plain step, the round that doubts its first block is cheaper as a plain step."""
         return self.trims_first and self.round_costs is not None and len(self.token_logits) == self.block_size
+
+    def _best_prefix(self) -> int:
+        """How many of this round's drafted tokens to propose: the prefix of the best expected rate under its costs."""
+        if self.compiled_rule:
+            return self.scorer.best_prefix(self.seconds_by_length, self.round_costs["draft_cost"])
+        return best_prefix([acceptance_probability(z) for z in self.token_logits], self.round_costs)
 
     def _seconds(self, start: float) -> float:
         """The rule's own time since `start` (on the graph path: not the wait for the draft's queued kernels)."""
@@ -325,76 +314,3 @@ def batch_continues(probs: list[list[float]], open_rows: list[bool], block_size:
     tokens, n = 0..max_tokens (a table, or a function that fills one: the rule reads numbers and calls nothing back)."""
     table = [seconds(n) for n in range(max_tokens + 1)] if callable(seconds) else list(seconds)
     return rows_continue(probs, open_rows, block_size, max_tokens, table.__getitem__)
-
-
-@torch.no_grad()
-def preverifier_token_timer(preverifier: PacerPreVerifier, draft: PreTrainedModel,
-                            scorer: bool = True) -> Callable[[], float]:
-    """A callable returning the seconds per drafted token of what generation runs for Pacer (`PacerStopRule.add_token`:
-    the draft-distribution features over the draft's full vocabulary, the scoring, the decision), over 8-token rounds
-    at block size 1 (scoring is per token whatever the block size, so the cost model charges it per drafted token).
-    `scorer=False` scores with the eager torch forward block by block instead of the path generation takes."""
-    config = preverifier.config.to_dict()
-    config.update(block_size=1, decision_rule="block", threshold=0.0, trim_failed_block=False)
-    copy = type(preverifier)(type(preverifier.config)(**config)).to(preverifier.device).eval()
-    copy.load_state_dict(preverifier.state_dict())
-    # the inputs live where the draft makes them, and the path is the one generation takes there
-    stop = PacerStopRule(copy, PacerStats(strategy="timing"), draft_device=draft.device)
-    if not scorer:
-        stop.scorer, stop.blocks = None, BlockScorer(copy)
-    vocab = draft.get_output_embeddings().out_features
-    generator = torch.Generator().manual_seed(0)
-    tokens = min(8, copy.config.max_draft_tokens)
-    hidden = torch.randn(tokens, 1, copy.config.draft_hidden_size, generator=generator).to(draft.device)
-    logits = (torch.randn(tokens, 1, vocab, generator=generator) * 3).to(draft.device)
-    ids = logits.argmax(-1, keepdim=True)
-
-    def round_() -> None:
-        stop.start_round()
-        for i in range(tokens):
-            stop.add_token(hidden[i], logits[i], ids[i])
-
-    round_()  # compiles (or captures) the scorer here: a compile inside the caller's warm-up pass slows what it times next
-    timed = timer(round_, None, 0, draft.device if draft.device.type == "cuda" else copy.device)
-    return lambda: timed() / tokens
-
-
-def draft_costs(model: PreTrainedModel, draft: PreTrainedModel, preverifier, max_tokens: int, mode,
-                prior: list[float] | None, prior_per_token: float | None = None) -> RoundCosts:
-    """A draft round proposing k = 0..max_tokens tokens: k draft steps, k pre-verifier scorings, a target
-    forward over k + 1 tokens."""
-    def probe():
-        key, describe, verify, wall = forward_costs(model, max_tokens + 1)
-        draft_key = model_key(draft) + model_key(preverifier)
-
-        def measure() -> list[float]:
-            step, score = draft_step_timer(draft), preverifier_token_timer(preverifier, draft)
-            return [fastest(step, 5) + fastest(score, 5)]
-
-        (per_token,), draft_wall = cached_probe(draft_key, measure)
-        seconds = [verify[k] + k * per_token for k in range(max_tokens + 1)]
-        describe = {**describe, "draft_token_ms": round(1000 * per_token, 6)}
-        return hashlib.sha1((key + draft_key).encode()).hexdigest()[:16], describe, seconds, wall + draft_wall, per_token
-
-    return resolve_costs(mode, prior=prior, what="the pre-verifier", probe=probe, prior_per_token=prior_per_token)
-
-
-def stop_rule_for(context, stats: PacerStats, max_tokens: int) -> PacerStopRule | None:
-    """The stop rule of one strategy call (`context`: its `StrategyContext`), None without a pre-verifier. The cost
-    source is chosen here: an expected-gain rule decides with the round costs measured on this machine
-    (`generate`'s `pacer_costs=`: probe plus online refit by default), reported in `stats.costs` when the call
-    ends; a threshold rule reads no costs."""
-    preverifier = context.preverifier
-    if preverifier is None:
-        return None
-    costs = None
-    if preverifier.config.decision_rule == "expected_gain":
-        calibration = preverifier.config.calibration
-        prior = [calibrated_round_time(calibration)(k) for k in range(max_tokens + 1)] if calibration else None
-        per_token = calibration["draft_cost"] + calibration.get("preverifier_cost", 0.0) if calibration else None
-        costs = draft_costs(context.model, context.draft, preverifier, max_tokens, context.costs, prior, per_token)
-        stats.use_costs(costs)
-    draft_device = context.draft.device if context.draft is not None else None
-    recent = recent_acceptance_for(context.model, context.draft, context.do_sample)
-    return PacerStopRule(preverifier, stats, costs, draft_device=draft_device, recent=recent,
-                         greedy=not context.do_sample)

@@ -12,7 +12,7 @@ import torch
 
 from ..costs import interleaved
 from ..loops.probes import measure_costs
-from ..loops.stop_rule import preverifier_token_timer
+from ..loops.stop_rule_setup import preverifier_token_timer
 from ..modeling_pacer import PacerPreVerifier
 from .calibrate import calibrate_preverifier, measure_loop_costs, report_on
 from .traces import load_traces

@@ -22,7 +22,7 @@ from ...candidates.suffix import SuffixSource
 from ...costs import lookup_costs
 from ...loops.draft_loop import PacerCandidateGenerator
 from ...loops.online_calibration import OnlineCalibration
-from ...loops.stop_rule import stop_rule_for
+from ...loops.stop_rule_setup import stop_rule_for
 from ...model_state import ModelState
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 from .generator import LookupCandidateGenerator, LookupStats

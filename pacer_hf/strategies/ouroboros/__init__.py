@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...loops.batch_loop import BatchPlan
-from ...loops.stop_rule import stop_rule_for
+from ...loops.stop_rule_setup import stop_rule_for
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 from .generator import BatchPhrases, OuroborosCandidateGenerator, OuroborosStats
 from .pool import PhrasePool, phrase_pool, pool_for, reset_phrase_pool

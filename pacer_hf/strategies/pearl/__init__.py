@@ -19,7 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ...costs import cached_forward_timer, fastest
-from ...loops.stop_rule import stop_rule_for
+from ...loops.stop_rule_setup import stop_rule_for
 from ..registry import STRATEGIES, StrategyCall, StrategyContext, register_strategy
 from .config import PearlConfig, PearlStats
 from .generator import PearlCandidateGenerator

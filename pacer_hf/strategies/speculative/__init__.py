@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from ...loops.batch_loop import BatchPlan
 from ...loops.draft_loop import PacerCandidateGenerator
-from ...loops.stop_rule import stop_rule_for
+from ...loops.stop_rule_setup import stop_rule_for
 from ...stats import PacerStats
 from ..registry import StrategyCall, StrategyConfig, StrategyContext, register_strategy
 
