@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 
-import pytest
+# No test may need the network (CI has none): offline, a test that reached for the Hub fails at once instead of
+# waiting out huggingface_hub's retries. Set before transformers is imported, which reads it then. The Hub tests
+# run their clients against a local server, each with its own environment (test_hub.py).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
 import torch
 from transformers import (
     GPT2Config,

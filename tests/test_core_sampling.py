@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import pytest
 import torch
 from conftest import make_preverifier
 from helpers import TEMPERATURE, exact_distributions, goodness_of_fit, sample_counts
@@ -21,15 +20,16 @@ from pacer_hf.stats import PacerStats
 from pacer_hf.strategies import STRATEGY_TYPES, StrategyCall, StrategyConfig, register_strategy
 
 
-@pytest.mark.parametrize("rule", ["block", "expected_gain"])
-def test_pacer_sampling_matches_target_distribution(sampling_pair, rule):
+def test_pacer_sampling_matches_target_distribution(sampling_pair):
+    """The expected-gain rule under given costs. The block rule's test on this pair is the strategy matrix's
+    "pacer" (test_strategies_conformance.py), and on five other model families test_families.py's."""
     target, draft = sampling_pair
     p1, p12 = exact_distributions(target)
     costs = {"draft_cost": 0.1, "verify_cost": [1.0 + 0.05 * k for k in range(9)], "round_overhead": 0.1}
-    pv = make_preverifier(draft, block_size=2, threshold=0.4, max_draft_tokens=4, decision_rule=rule,
-                          calibration=costs if rule == "expected_gain" else None)
-    extra = {"pacer_costs": "prior"} if rule == "expected_gain" else {}  # the costs above, not this machine's
-    first, joint, accepted = sample_counts(target, draft, pv, seed=0, **extra)
+    pv = make_preverifier(draft, block_size=2, threshold=0.4, max_draft_tokens=4, decision_rule="expected_gain",
+                          calibration=costs)
+    # the costs above, not this machine's
+    first, joint, accepted = sample_counts(target, draft, pv, seed=0, pacer_costs="prior")
     assert 0 < sum(accepted) < 2 * len(accepted), "drafts must be partly accepted for the test to mean much"
     assert goodness_of_fit(first, p1) > 1e-3
     assert goodness_of_fit(joint, p12) > 1e-3

@@ -272,7 +272,7 @@ def test_one_call_the_draft_could_not_follow_does_not_turn_the_next_call_plain()
     falls and the rule drafts nothing; the next call restarts from the long-run shares (its recent counts empty, the
     long-run shares their prior) and drafts at once, and goes on drafting through rejected rounds until MIN_TRIED of
     its own tokens were judged. A pair that never paid starts its next call plain."""
-    from pacer_hf.loops.stop_rule import MIN_TRIED, PacerStopRule, RecentAcceptance
+    from pacer_hf.loops.stop_rule import PacerStopRule, RecentAcceptance
     from pacer_hf.stats import PacerStats
 
     preverifier = _expected_gain_preverifier(build_draft(build_model("llama"), "noisy"))

@@ -185,6 +185,8 @@ def test_sampling_matches_target_distribution(sampling_pair, name):
     samples = 500 if "pearl" in name else 1200  # a PEARL call forks its draft worker
     with strategy_ready(draft, name, target, block_size=2, threshold=0.3, max_draft_tokens=4):
         first, joint, accepted = sample_counts(target, draft, name, seed=0, samples=samples)
+    # the default loop: the lean one, which draws as transformers' own does (test_lean_loop.py)
+    assert pacer_hf.last_stats(target).loop == "lean"
     assert 0 < sum(accepted), "drafts must be partly accepted for the test to mean much"
     assert goodness_of_fit(first, p1) > 1e-3
     assert goodness_of_fit(joint, p12) > 1e-3

@@ -25,16 +25,16 @@ PROBE_SHARE = 0.01  # of the plain rounds' time since the last probe, what the n
 @dataclass
 class RecentAcceptance:
     """A pair's per-token acceptance: a drafted token's chance of acceptance given those before it were accepted, from
-    decayed counts with one prior success and failure, over recent rounds (each round weighs 0.9 of the one after it)
-    and over the long run (0.99). A round's first token and the tokens after it are counted apart (`first_share`,
-    `next_share`): the first follows the target's own token, often a correction the draft did not see coming, and
-    is accepted less often than those that follow an accepted one, so one share for both overrates a round that
-    stops early and underrates a long one. Kept on the target between calls, per draft and decoding mode
-    (`ModelState.recent_acceptance`, `recent_acceptance_for`): a call's recent shares start from two prior counts at
-    the pair's long-run shares once it is `known` (before that, one success and one failure), so a pair whose drafts do not pay starts with plain steps instead of paying the
-    draft's pass over the prompt and a few losing rounds again every call, one request the draft could not follow
-    does not turn the next call plain, and a few unlucky rounds of a sampled call do not either; within a call its
-    own rounds take over as they accumulate.
+    decayed counts over recent rounds (each round weighs 0.9 of the one after it) and over the long run (0.99). A
+    round's first token and the tokens after it are counted apart (`first_share`, `next_share`): the first follows
+    the target's own token, often a correction the draft did not see coming, and is accepted less often than those
+    that follow an accepted one, so one share for both overrates a round that stops early and underrates a long one.
+    Kept on the target between calls, per draft and decoding mode (`ModelState.recent_acceptance`,
+    `recent_acceptance_for`). Each share adds two prior counts: one success and one failure until the pair is
+    `known`, then, for the recent shares, two at the pair's long-run shares. So a pair whose drafts do not pay starts
+    its calls with plain steps instead of paying the draft's pass over the prompt and a few losing rounds again,
+    while neither one request the draft could not follow nor a few unlucky rounds of a sampled call turn a pair
+    that pays plain; within a call its own rounds take over as they accumulate.
     `skipped`: plain rounds since the last drafting round; `probe_every`: plain rounds before the next probe round;
     `read_seconds`: what the draft took per token to read the tokens it had not seen (its pass over the prompt);
     `calibrations`: pre-verifier -> its `OnlineCalibration` to this pair (`config.online_calibration`)."""
