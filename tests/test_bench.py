@@ -188,7 +188,13 @@ def test_cli_errors_before_loading(tmp_path, capsys):
         assert tuple(choices) == pairs.PAIRS, module.__name__
 
 
-def test_overwrite_protection(tmp_path, capsys):
+def test_overwrite_protection(tmp_path, capsys, monkeypatch):
+    from pacer_hf.bench import user_pair
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a refused --out must be refused before any model or tokenizer loads")
+
+    monkeypatch.setattr(user_pair, "tokenizer_of", no_loading)
     out = tmp_path / "old"
     out.mkdir()
     (out / "results.json").write_text("[]")
