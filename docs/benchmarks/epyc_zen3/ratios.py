@@ -3,7 +3,8 @@
 greedy_generic/: examples/compare_stop_rules.py with MKL's generic kernels (what torch runs on this CPU as installed);
 first_block/: the same command with the shipped pre-verifier as it runs now (`trim_first_block`) and a copy with
 `trim_first_block=False` ("stop-only"), fixed γ = 6 and 8;
-t1_generic/: pacer-hf bench at T = 1. The same arithmetic as the Zen 5 EPYC's (../epyc_zen5/ratios.py)."""
+t1_generic/: pacer-hf bench at T = 1; t1_prior/: the same command once a known pair's recent shares took its long-run
+shares as their prior. The same arithmetic as the Zen 5 EPYC's (../epyc_zen5/ratios.py)."""
 import importlib.util
 import json
 from pathlib import Path
@@ -28,7 +29,7 @@ if (HERE / "first_block" / "results.json").exists():  # the shipped rule (trim_f
     tps = report["first_block"]["tokens_per_s"]
     report["first_block"]["shipped_over_stop_only_ratio"] = zen5.median_of(
         {c: round(tps[zen5.PACER][c] / tps["stop-only"][c], 4) for c in tps["ar"]})
-for name in ("t1_generic",):
+for name in ("t1_generic", "t1_prior"):
     if (HERE / name / "results.json").exists():
         report[name] = zen5.sampled(json.loads((HERE / name / "results.json").read_text()))
 if (HERE / "probe_vs_curve" / "results.json").exists():
