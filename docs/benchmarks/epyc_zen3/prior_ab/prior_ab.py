@@ -60,4 +60,4 @@ def of(self, name):
 Recent.first_share, Recent.next_share, Recent.start_call = property(first_share), property(next_share), start_call
 ra.SeparateMemories.of = of
 sys.argv = [sys.argv[0], *sys.argv[1:]]
-runpy.run_path(str(Path(__file__).resolve().parents[1] / "epyc_zen5" / "percall.py"), run_name="__main__")
+runpy.run_path(str(Path(__file__).resolve().parents[2] / "epyc_zen5" / "percall.py"), run_name="__main__")
