@@ -269,10 +269,10 @@ def _pays_at(share: float, table: list[float], first: float | None = None) -> bo
 
 def test_one_call_the_draft_could_not_follow_does_not_turn_the_next_call_plain():
     """A pair that paid over many rounds, then one request it could not follow: within that call the recent share
-    falls and the rule drafts nothing; the next call restarts from the long-run shares (its recent counts empty, the
-    long-run shares their prior) and drafts at once, and goes on drafting through rejected rounds until MIN_TRIED of
-    its own tokens were judged. A pair that never paid starts its next call plain."""
-    from pacer_hf.loops.stop_rule import PacerStopRule, RecentAcceptance
+    falls and the rule drafts nothing; the next call restarts from the long-run share (weighed as MIN_TRIED judged
+    tokens) and drafts at once, and goes on drafting through rejected rounds until MIN_TRIED of its own tokens
+    were judged. A pair that never paid starts its next call plain."""
+    from pacer_hf.loops.stop_rule import MIN_TRIED, PacerStopRule, RecentAcceptance
     from pacer_hf.stats import PacerStats
 
     preverifier = _expected_gain_preverifier(build_draft(build_model("llama"), "noisy"))
@@ -286,12 +286,12 @@ def test_one_call_the_draft_could_not_follow_does_not_turn_the_next_call_plain()
     bad_call.recent, bad_call.judged = recent, 60.0
     assert not bad_call.drafts_this_round(1), "within the call, its recent rounds decide"
     next_call = PacerStopRule(preverifier, PacerStats("t"), costs, recent=recent)
-    assert recent.tried == recent.first_tried == 0
+    assert recent.tried == MIN_TRIED and recent.first_tried == MIN_TRIED / 2
     assert recent.first_share == pytest.approx(recent.long_first_share)
     assert recent.next_share == pytest.approx(recent.long_next_share)
     assert next_call.drafts_this_round(1)
     next_call.end_round(0, 6, torch.zeros(96))  # its first round, right after the prompt: not counted
-    assert recent.tried == 0 and next_call.judged == 0
+    assert recent.tried == MIN_TRIED and next_call.judged == 0
     for _ in range(3):  # its next rounds rejected at once: three judged tokens, no evidence yet
         next_call.end_round(0, 6, torch.zeros(96))
     assert not _pays_at(recent.next_share, costs.seconds(), recent.first_share) and next_call.drafts_this_round(1)

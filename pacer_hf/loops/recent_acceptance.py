@@ -25,16 +25,16 @@ PROBE_SHARE = 0.01  # of the plain rounds' time since the last probe, what the n
 @dataclass
 class RecentAcceptance:
     """A pair's per-token acceptance: a drafted token's chance of acceptance given those before it were accepted, from
-    decayed counts over recent rounds (each round weighs 0.9 of the one after it) and over the long run (0.99). A
-    round's first token and the tokens after it are counted apart (`first_share`, `next_share`): the first follows
-    the target's own token, often a correction the draft did not see coming, and is accepted less often than those
-    that follow an accepted one, so one share for both overrates a round that stops early and underrates a long one.
-    Kept on the target between calls, per draft and decoding mode (`ModelState.recent_acceptance`,
-    `recent_acceptance_for`). Each share adds two prior counts: one success and one failure until the pair is
-    `known`, then, for the recent shares, two at the pair's long-run shares. So a pair whose drafts do not pay starts
-    its calls with plain steps instead of paying the draft's pass over the prompt and a few losing rounds again,
-    while neither one request the draft could not follow nor a few unlucky rounds of a sampled call turn a pair
-    that pays plain; within a call its own rounds take over as they accumulate.
+    decayed counts with one prior success and failure, over recent rounds (each round weighs 0.9 of the one after it)
+    and over the long run (0.99). A round's first token and the tokens after it are counted apart (`first_share`,
+    `next_share`): the first follows the target's own token, often a correction the draft did not see coming, and
+    is accepted less often than those that follow an accepted one, so one share for both overrates a round that
+    stops early and underrates a long one. Kept on the target between calls, per draft and decoding mode
+    (`ModelState.recent_acceptance`, `recent_acceptance_for`): once the pair is `known`, a call starts from the
+    long-run acceptance weighed as `MIN_TRIED` judged tokens (`start_call`), so a pair whose drafts do not pay starts
+    with plain steps instead of paying the draft's pass over the prompt and a few losing rounds again every call,
+    while one request the draft could not follow does not turn the next call plain; within a call its own rounds
+    take over.
     `skipped`: plain rounds since the last drafting round; `probe_every`: plain rounds before the next probe round;
     `read_seconds`: what the draft took per token to read the tokens it had not seen (its pass over the prompt);
     `calibrations`: pre-verifier -> its `OnlineCalibration` to this pair (`config.online_calibration`)."""
@@ -52,15 +52,8 @@ class RecentAcceptance:
     read_seconds: float = 0.0
     calibrations: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
-    @property
-    def first_share(self) -> float:
-        return _share(self.first_accepted, self.first_tried, self.long_first_share if self.known else 0.5)
-
-    @property
-    def next_share(self) -> float:
-        prior = self.long_next_share if self.known else 0.5
-        return _share(self.accepted - self.first_accepted, self.tried - self.first_tried, prior)
-
+    first_share = property(lambda self: _share(self.first_accepted, self.first_tried))
+    next_share = property(lambda self: _share(self.accepted - self.first_accepted, self.tried - self.first_tried))
     long_first_share = property(lambda self: _share(self.long_first_accepted, self.long_first_tried))
     long_next_share = property(
         lambda self: _share(self.long_accepted - self.long_first_accepted, self.long_tried - self.long_first_tried))
@@ -104,10 +97,15 @@ class RecentAcceptance:
         return self.known and self.long_saving(table) <= 0
 
     def start_call(self) -> None:
-        """A new call: the recent counts restart from nothing (a known pair's recent shares are then its long-run
-        ones, their prior); an unknown pair's probe schedule restarts too."""
-        self.tried = self.accepted = self.first_tried = self.first_accepted = 0.0
-        if not self.known:
+        """A new call: the recent counts restart at the long-run shares weighed as `MIN_TRIED` judged tokens, half
+        of them first tokens, once the pair is `known`, else from nothing (the call judges its own first tokens)."""
+        if self.known:
+            half = MIN_TRIED / 2
+            self.first_tried, self.first_accepted = half, self.long_first_share * (half + 2) - 1
+            self.tried = MIN_TRIED
+            self.accepted = self.first_accepted + self.long_next_share * (half + 2) - 1
+        else:
+            self.tried = self.accepted = self.first_tried = self.first_accepted = 0.0
             self.skipped, self.probe_every = 0, PROBE_EVERY
 
     def calibration_for(self, preverifier) -> OnlineCalibration | None:
@@ -122,11 +120,9 @@ class RecentAcceptance:
             self.read_seconds = seconds / tokens
 
 
-def _share(accepted: float, tried: float, prior: float = 0.5) -> float:
-    """An acceptance share from decayed counts and two prior counts at share `prior` (0.5: one success, one failure).
-    A known pair's recent shares take its long-run ones as `prior`: pulled towards a half, a few unlucky rounds of a
-    pair that pays would read as one that does not."""
-    return (accepted + 2 * prior) / (tried + 2)
+def _share(accepted: float, tried: float) -> float:
+    """An acceptance share from decayed counts, with one prior success and one prior failure."""
+    return (accepted + 1) / (tried + 2)
 
 
 def saving_per_token(first: float, share: float, table: list[float]) -> float:
