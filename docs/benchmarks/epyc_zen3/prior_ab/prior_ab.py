@@ -1,7 +1,9 @@
-"""A/B of the recent shares' prior in one interleaved run: compare_stop_rules.py, every call logged by percall.py,
-with the shipped pre-verifier and OLD-PRIOR, a copy of its folder whose calls run the rule as it was before a known
-pair's long-run shares became its recent shares' prior (each recent share pulled toward a half by one success and
-one failure; a known pair's call seeded with its long-run shares weighed as MIN_TRIED judged tokens).
+"""A/B of the recent shares' prior in one interleaved run (greedy), at the commit in commit.txt, where the rule took a
+known pair's long-run shares as its recent shares' prior (two counts; `t1_prior/` measured it at T = 1):
+examples/compare_stop_rules.py, every call logged by percall.py, with the shipped pre-verifier and OLD-PRIOR, a copy of its folder whose
+calls ran the rule as it was before (and is again: the change was reverted after this run), each recent share pulled
+toward a half by one success and one failure and a known pair's call seeded with its long-run shares weighed as
+MIN_TRIED judged tokens. Against today's code the patch below is a no-op.
 
     OLD_PRIOR=/tmp/OLD-PRIOR PERCALL_LOG=calls.jsonl python prior_ab.py hub_cards/qwen-coder-preverifier \
         /tmp/OLD-PRIOR --pair qwen2.5-coder --gammas 8 --prompts 3 --runs 1 --max-new-tokens 64 --out results.json
