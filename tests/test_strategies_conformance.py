@@ -205,25 +205,32 @@ def test_first_block_trim_follows_the_curve_and_stays_exact(pair, case):
     """`trim_first_block` (the default): a greedy round the expected-gain rule stops at its first block proposes
     nothing where a 1-token verify costs more than a plain step, and proposes the block where it does not; sampled
     calls send what they drafted. Greedy output is the target's either way."""
+    from pacer_hf.loops.recent_acceptance import SeparateMemories
+
     target, draft = pair("llama", "noisy")
     calibration = {"draft_cost": 0.0, "verify_cost": DEAR_SHORT_VERIFY, "round_overhead": 0.0}
     trimmed = {}
+    # each call learns the pair afresh: what earlier calls taught it (and, once it is known, the timings its probes
+    # read) would otherwise decide whether a round drafts at all
+    memories = SeparateMemories(target, draft)
     with strategy_ready(draft, case, target, block_size=1, decision_rule="expected_gain", calibration=calibration,
                         max_draft_tokens=8, seed=3):
         with torch.no_grad():  # doubtful predictions: rounds that stop at their first block
-            draft._pacer_preverifier.head.bias -= 2.5
+            draft._pacer_preverifier.head.bias -= 3.5
         for name, curve in (("dear", DEAR_SHORT_VERIFY), ("cheap", CHEAP_SHORT_VERIFY)):
             trimmed[name] = 0
             for seed in range(3):
                 ids = prompt(seed=seed)
-                out = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=draft, pacer=case,
-                                      pacer_costs=curve)
+                with memories.of(f"{name}-{seed}"):
+                    out = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=draft, pacer=case,
+                                          pacer_costs=curve)
                 assert torch.equal(out, plain_greedy(target, ids, max_new_tokens=24)), (name, seed)
                 stats = pacer_hf.last_stats(target)
                 assert set(stats.trimmed.values()) <= {1}, stats.trimmed  # only a first block (1 token) is dropped
                 trimmed[name] += len(stats.trimmed)
-        target.generate(prompt(seed=0), max_new_tokens=24, do_sample=True, assistant_model=draft, pacer=case,
-                        pacer_costs=DEAR_SHORT_VERIFY)
+        with memories.of("sampled"):
+            target.generate(prompt(seed=0), max_new_tokens=24, do_sample=True, assistant_model=draft, pacer=case,
+                            pacer_costs=DEAR_SHORT_VERIFY)
         assert not pacer_hf.last_stats(target).trimmed, "a sampled round must send what it drafted"
     assert trimmed["cheap"] == 0
     if not isinstance(config_of(case), pacer_hf.PearlConfig):  # PEARL does not record what it trimmed
