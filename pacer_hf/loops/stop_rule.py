@@ -199,14 +199,14 @@ class PacerStopRule:
             if done:
                 self.raw_logits = scored[0]
                 self.token_logits = [scale * z + shift for z in self.raw_logits]
-        stop = trims = False
+        stop = owes_trim = False  # owes_trim: the compiled rule stopped a `trim_failed_block` round, untrimmed yet
         if done and self.compiled_rule and self.round_costs is not None:
             per_token = self.round_costs["draft_cost"] if self.trims else -1.0
             stop = not self.scorer.continues(self.seconds_by_length, self.block_size, per_token)
-            trims = self.trims
+            owes_trim = self.trims
         elif done:
             stop, self.trim = self.preverifier.decide(self.token_logits, self.round_costs)  # `decide` trims itself
-        if stop and (trims or self._first_block()):
+        if stop and (owes_trim or self._first_block()):
             self.trim = len(self.token_logits) - self._best_prefix()
         if stop and self.trim == len(self.token_logits):
             self.unjudged = acceptance_probability(self.token_logits[0])
